@@ -1,0 +1,29 @@
+"""Extensions and compiler directives only; metadata lives in pyproject.toml.
+
+COOP_DEBUG=1 builds with bounds/wraparound checks on (and without -O3).
+"""
+import os
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("COOP_DEBUG", "") not in ("", "0")
+directives = {
+    "language_level": 3,
+    "embedsignature": True,
+    "boundscheck": DEBUG,
+    "wraparound": DEBUG,
+    "initializedcheck": DEBUG,
+    "cdivision": True,
+}
+compile_args = ["-O0", "-g"] if DEBUG else ["-O3"]
+extensions = [
+    Extension(
+        "coop._core",
+        ["coop/_core.pyx"],
+        language="c++",
+        extra_compile_args=compile_args + ["-std=c++17"],
+    ),
+]
+setup(ext_modules=cythonize(extensions, compiler_directives=directives))
