@@ -1,0 +1,88 @@
+# The arena core: what other Cython modules (the host memory handler) cimport.
+from libc.stdint cimport int64_t
+from libcpp.set cimport set as cset
+from libcpp.unordered_map cimport unordered_map
+from libcpp.utility cimport pair
+from libcpp.vector cimport vector
+
+ctypedef pair[size_t, size_t] SizeOffset
+
+cdef struct Piece:
+    size_t offset      # start, in bytes from the arena's base; a multiple of the alignment
+    size_t size        # > 0, a multiple of the alignment
+    int prev           # piece just below in address order, -1 at offset 0
+    int next           # piece just above, -1 at the end; chains unused slots in the pool
+    int storage        # bound storage slot; -1 when free or anonymous
+    bint free          # free pieces are in free_index; never two adjacent
+
+
+cdef struct Storage:
+    int64_t sid        # the owner's id; key of by_sid while the slot is live
+    double cost        # own compute cost, >= 0
+    double cprime      # cost + costs of the distinct classes of evicted neighbours; valid while resident
+    double last_access # logical clock of the last touch
+    int piece          # bound piece, -1 when not resident
+    int pins           # > 0 forbids eviction
+    bint evictable     # False: the owner cannot recompute it (or holds it elsewhere)
+    int cls            # class slot while evicted (and ever resident), else -1
+    int cls_next       # circular list of the class's members
+    int cls_prev
+    bint live          # slot in use (else chained in storage_pool)
+
+
+cdef struct EvictedClass:
+    double cost        # sum of its members' costs
+    int head           # one member; -1 when the slot is unused
+    int size           # number of members
+
+
+cdef class Arena:
+    cdef readonly size_t capacity       # usable bytes: the budget rounded down to the alignment
+    cdef readonly size_t alignment      # a power of two
+    cdef vector[Piece] pieces_          # piece slots; address order via prev/next
+    cdef int first                      # piece at offset 0
+    cdef int piece_pool                 # unused piece slots, chained through next
+    cdef cset[SizeOffset] free_index    # (size, offset) of every free piece: best fit
+    cdef unordered_map[size_t, int] by_offset   # offset -> piece, for every piece
+    cdef vector[double] hbuf            # per piece scratch: h of the window scan
+    cdef vector[Storage] storages       # storage slots
+    cdef vector[vector[int]] adjacency  # per storage slot: neighbour slots (symmetric)
+    cdef unordered_map[int64_t, int] by_sid
+    cdef vector[int] storage_pool       # unused storage slots
+    cdef vector[EvictedClass] classes   # class slots
+    cdef vector[int] class_pool         # unused class slots
+    cdef size_t used_bytes              # sum of used piece sizes
+    cdef Py_ssize_t n_pieces            # pieces in the address list
+    cdef Py_ssize_t n_free_pieces       # == free_index.size()
+    cdef long long evictions            # victims evicted by allocate_or_evict
+    cdef long long bytes_evicted        # their piece sizes
+    cdef long long searches             # eviction searches
+    cdef long long failed               # eviction loops that raised OutOfMemoryError
+    cdef double search_time             # seconds spent choosing victims
+    cdef double frag_sum                # sum over searches of free / capacity
+    cdef double largest_ratio_sum       # sum over failures of largest free / free
+
+    cdef int _new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept
+    cdef void _drop_piece(self, int idx) noexcept
+    cdef inline void _index_free(self, int idx) noexcept
+    cdef inline void _unindex_free(self, int idx) noexcept
+    cdef size_t request_size(self, size_t nbytes) noexcept
+    cdef size_t largest_free(self) noexcept
+    cdef Py_ssize_t c_allocate(self, size_t size, int cls, int slot) noexcept
+    cdef int c_free(self, size_t offset) except -1
+    cdef int _slot(self, sid) except -1
+    cdef void _bind(self, int idx, int slot) noexcept
+    cdef void _on_evicted(self, int slot) noexcept
+    cdef int _class_new(self, int slot) noexcept
+    cdef int _class_union(self, int a, int b) noexcept
+    cdef void _class_leave(self, int slot) noexcept
+    cdef double _cprime(self, int slot) noexcept
+    cdef void _refresh_neighbours(self, int slot) noexcept
+    cdef void _refresh_class(self, int c) noexcept
+    cdef inline bint _candidate(self, int idx) noexcept
+    cdef inline double _h(self, int slot, double now) noexcept
+    cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept
+    cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
+    cdef size_t _checked_request(self, nbytes) except? 0
+    cdef int _unbound_slot(self, storage) except -2
+    cdef object _oom(self, size_t size, policy)

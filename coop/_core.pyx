@@ -1,0 +1,697 @@
+# distutils: language = c++
+"""The arena core: page table, two-ended best fit, eviction metadata, window scoring, eviction loops.
+
+Specification: docs/core.md. Every method runs without releasing the GIL and calls no Python code
+while the structures are inconsistent, so the GIL is the lock: frees arriving from another thread,
+or re-entrantly from an object's ``__dealloc__`` inside the eviction callback, always see a
+consistent arena.
+"""
+from cython.operator cimport dereference as deref
+from libc.math cimport INFINITY, isfinite
+from libc.stdint cimport int64_t
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+from operator import index as _index
+
+from coop.errors import OutOfMemoryError
+
+EXPENSIVE = 0
+CHEAP = 1
+NO_STORAGE = -1
+POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
+
+cdef enum:
+    P_COOP, P_DTR, P_DTE, P_LRU, P_SIZE, P_NONE
+
+cdef dict _POLICY_CODES = {name: code for code, name in enumerate(POLICIES)}
+
+
+cdef inline double _monotonic() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef int _policy_code(policy) except -1:
+    try:
+        return _POLICY_CODES[policy]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}") from None
+
+
+cdef size_t _size_arg(value, str what) except? 0:
+    """A non-negative integer argument (NumPy integers included), with errors that name it."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise TypeError(f"{what} must be an integer number of bytes, got {value!r}")
+    try:
+        n = _index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer number of bytes, got {value!r}") from None
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0, got {n}")
+    return n
+
+
+cdef double _cost_arg(value) except? -1.0:
+    cost = float(value)
+    if not isfinite(cost) or cost < 0.0:
+        raise ValueError(f"cost must be a finite number >= 0, got {value!r}")
+    return cost
+
+
+cdef class Arena:
+    """A contiguous range of ``capacity`` bytes cut into pieces, with per-storage eviction data."""
+
+    def __cinit__(self, nbytes, alignment=64):
+        cdef size_t align = _size_arg(alignment, "alignment")
+        if align == 0 or (align & (align - 1)) != 0:
+            raise ValueError(f"alignment must be a power of two, got {alignment!r}")
+        cdef size_t total = _size_arg(nbytes, "the arena size")
+        self.alignment = align
+        self.capacity = total - total % align
+        if self.capacity == 0:
+            raise ValueError(
+                f"an arena of {total} bytes holds no {align}-byte aligned piece; "
+                f"give a budget of at least {align} bytes")
+        self.piece_pool = -1
+        self.first = self._new_piece(0, self.capacity, -1, -1, True)
+        self.n_pieces = 1
+        self._index_free(self.first)
+
+    # ---- pieces -------------------------------------------------------------------------------
+
+    cdef int _new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept:
+        cdef int idx
+        if self.piece_pool >= 0:
+            idx = self.piece_pool
+            self.piece_pool = self.pieces_[idx].next
+        else:
+            idx = <int>self.pieces_.size()
+            self.pieces_.push_back(Piece(0, 0, -1, -1, -1, False))
+            self.hbuf.push_back(0.0)
+        cdef Piece* p = &self.pieces_[idx]
+        p.offset = offset
+        p.size = size
+        p.prev = prev
+        p.next = next
+        p.storage = -1
+        p.free = free
+        self.by_offset[offset] = idx
+        return idx
+
+    cdef void _drop_piece(self, int idx) noexcept:
+        self.by_offset.erase(self.pieces_[idx].offset)
+        self.pieces_[idx].next = self.piece_pool
+        self.pieces_[idx].size = 0
+        self.piece_pool = idx
+
+    cdef inline void _index_free(self, int idx) noexcept:
+        self.free_index.insert(SizeOffset(self.pieces_[idx].size, self.pieces_[idx].offset))
+        self.n_free_pieces += 1
+
+    cdef inline void _unindex_free(self, int idx) noexcept:
+        self.free_index.erase(SizeOffset(self.pieces_[idx].size, self.pieces_[idx].offset))
+        self.n_free_pieces -= 1
+
+    cdef size_t request_size(self, size_t nbytes) noexcept:
+        """Bytes a request of nbytes takes: rounded up to the alignment, never 0."""
+        if nbytes <= self.alignment:
+            return self.alignment
+        return (nbytes + self.alignment - 1) & ~(self.alignment - 1)
+
+    cdef size_t largest_free(self) noexcept:
+        if self.free_index.empty():
+            return 0
+        return deref(self.free_index.rbegin()).first
+
+    cdef Py_ssize_t c_allocate(self, size_t size, int cls, int slot) noexcept:
+        """Best fit of an already rounded size; returns the offset or -1. Binds slot if >= 0."""
+        cdef cset[SizeOffset].iterator it = self.free_index.lower_bound(SizeOffset(size, 0))
+        if it == self.free_index.end():
+            return -1
+        cdef int idx = self.by_offset[deref_offset(it)]
+        cdef Piece* p = &self.pieces_[idx]
+        cdef int rest
+        cdef int used = idx
+        self._unindex_free(idx)
+        if p.size > size:
+            if cls == CHEAP:
+                # used piece at the high end; idx keeps the low remainder (stays free)
+                used = self._new_piece(p.offset + p.size - size, size, idx, p.next, False)
+                p = &self.pieces_[idx]
+                if p.next >= 0:
+                    self.pieces_[p.next].prev = used
+                p.next = used
+                p.size -= size
+                self._index_free(idx)
+                self.n_pieces += 1
+            else:
+                rest = self._new_piece(p.offset + size, p.size - size, idx, p.next, True)
+                p = &self.pieces_[idx]
+                if p.next >= 0:
+                    self.pieces_[p.next].prev = rest
+                p.next = rest
+                p.size = size
+                self._index_free(rest)
+                self.n_pieces += 1
+        p = &self.pieces_[used]
+        p.free = False
+        self.used_bytes += size
+        if slot >= 0:
+            self._bind(used, slot)
+        return <Py_ssize_t>p.offset
+
+    cdef int c_free(self, size_t offset) except -1:
+        cdef unordered_map[size_t, int].iterator it = self.by_offset.find(offset)
+        if it == self.by_offset.end():
+            raise ValueError(f"free of unknown offset {offset}: no piece starts there")
+        cdef int idx = deref(it).second
+        if self.pieces_[idx].free:
+            raise ValueError(f"double free of offset {offset}: the piece is already free")
+        cdef Piece* p = &self.pieces_[idx]
+        cdef int slot = p.storage
+        cdef int nb
+        self.used_bytes -= p.size
+        p.free = True
+        p.storage = -1
+        # merge with the free neighbours
+        if p.prev >= 0 and self.pieces_[p.prev].free:
+            nb = p.prev
+            self._unindex_free(nb)
+            self.pieces_[nb].size += p.size
+            self.pieces_[nb].next = p.next
+            if p.next >= 0:
+                self.pieces_[p.next].prev = nb
+            self._drop_piece(idx)
+            self.n_pieces -= 1
+            idx = nb
+            p = &self.pieces_[idx]
+        if p.next >= 0 and self.pieces_[p.next].free:
+            nb = p.next
+            self._unindex_free(nb)
+            p.size += self.pieces_[nb].size
+            p.next = self.pieces_[nb].next
+            if p.next >= 0:
+                self.pieces_[p.next].prev = idx
+            self._drop_piece(nb)
+            self.n_pieces -= 1
+        self._index_free(idx)
+        if slot >= 0:
+            self.storages[slot].piece = -1
+            self._on_evicted(slot)
+        return 0
+
+    # ---- storages and classes ----------------------------------------------------------------
+
+    cdef int _slot(self, sid) except -1:
+        if isinstance(sid, bool) or isinstance(sid, float):
+            raise TypeError(f"storage ids are integers, got {sid!r}")
+        cdef int64_t key = _index(sid)
+        cdef unordered_map[int64_t, int].iterator it = self.by_sid.find(key)
+        if it == self.by_sid.end():
+            raise ValueError(f"unknown storage {sid}: register it with add_storage first")
+        return deref(it).second
+
+    cdef void _bind(self, int idx, int slot) noexcept:
+        cdef Storage* st = &self.storages[slot]
+        cdef int c = st.cls
+        self.pieces_[idx].storage = slot
+        st.piece = idx
+        if c >= 0:
+            self._class_leave(slot)
+            if self.classes[c].head >= 0:
+                self._refresh_class(c)
+            self._refresh_neighbours(slot)
+        self.storages[slot].cprime = self._cprime(slot)
+
+    cdef void _on_evicted(self, int slot) noexcept:
+        """slot's piece was freed: it forms a class and joins its evicted neighbours' classes."""
+        cdef int c = self._class_new(slot)
+        cdef int n
+        for n in self.adjacency[slot]:
+            if self.storages[n].piece < 0 and self.storages[n].cls >= 0 and self.storages[n].cls != c:
+                c = self._class_union(c, self.storages[n].cls)
+        self._refresh_class(c)
+
+    cdef int _class_new(self, int slot) noexcept:
+        cdef int c
+        if not self.class_pool.empty():
+            c = self.class_pool.back()
+            self.class_pool.pop_back()
+        else:
+            c = <int>self.classes.size()
+            self.classes.push_back(EvictedClass(0.0, -1, 0))
+        self.classes[c].cost = self.storages[slot].cost
+        self.classes[c].head = slot
+        self.classes[c].size = 1
+        self.storages[slot].cls = c
+        self.storages[slot].cls_next = slot
+        self.storages[slot].cls_prev = slot
+        return c
+
+    cdef int _class_union(self, int a, int b) noexcept:
+        """Merge two classes (relabelling the smaller); returns the survivor."""
+        if self.classes[a].size < self.classes[b].size:
+            a, b = b, a
+        cdef int ha = self.classes[a].head
+        cdef int hb = self.classes[b].head
+        cdef int m = hb
+        while True:
+            self.storages[m].cls = a
+            m = self.storages[m].cls_next
+            if m == hb:
+                break
+        # splice the two circular lists
+        cdef int ta = self.storages[ha].cls_prev
+        cdef int tb = self.storages[hb].cls_prev
+        self.storages[ta].cls_next = hb
+        self.storages[hb].cls_prev = ta
+        self.storages[tb].cls_next = ha
+        self.storages[ha].cls_prev = tb
+        self.classes[a].cost = self.classes[a].cost + self.classes[b].cost
+        self.classes[a].size += self.classes[b].size
+        self.classes[b].head = -1
+        self.classes[b].size = 0
+        self.class_pool.push_back(b)
+        return a
+
+    cdef void _class_leave(self, int slot) noexcept:
+        cdef Storage* st = &self.storages[slot]
+        cdef int c = st.cls
+        cdef EvictedClass* k = &self.classes[c]
+        k.cost = k.cost - st.cost
+        k.size -= 1
+        if k.size == 0:
+            k.head = -1
+            k.cost = 0.0
+            self.class_pool.push_back(c)
+        else:
+            if k.head == slot:
+                k.head = st.cls_next
+            self.storages[st.cls_prev].cls_next = st.cls_next
+            self.storages[st.cls_next].cls_prev = st.cls_prev
+        st.cls = -1
+        st.cls_next = slot
+        st.cls_prev = slot
+
+    cdef double _cprime(self, int slot) noexcept:
+        """cost + the cost of each distinct class among the evicted neighbours."""
+        cdef double total = self.storages[slot].cost
+        cdef vector[int] seen
+        cdef int n, c
+        for n in self.adjacency[slot]:
+            c = self.storages[n].cls
+            if c >= 0 and self.storages[n].piece < 0:
+                if not _contains(seen, c):
+                    seen.push_back(c)
+                    total = total + self.classes[c].cost
+        return total
+
+    cdef void _refresh_neighbours(self, int slot) noexcept:
+        cdef int n
+        for n in self.adjacency[slot]:
+            if self.storages[n].piece >= 0:
+                self.storages[n].cprime = self._cprime(n)
+
+    cdef void _refresh_class(self, int c) noexcept:
+        """Recompute c' of every resident neighbour of the class's members."""
+        cdef int head = self.classes[c].head
+        cdef int m = head
+        while True:
+            self._refresh_neighbours(m)
+            m = self.storages[m].cls_next
+            if m == head:
+                break
+
+    # ---- victim choice ----------------------------------------------------------------------
+
+    cdef inline bint _candidate(self, int idx) noexcept:
+        cdef int slot = self.pieces_[idx].storage
+        return slot >= 0 and self.storages[slot].evictable and self.storages[slot].pins == 0
+
+    cdef inline double _h(self, int slot, double now) noexcept:
+        cdef double stale = now - self.storages[slot].last_access
+        if stale < 1.0:
+            stale = 1.0
+        return self.storages[slot].cprime / stale
+
+    cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept:
+        victims.clear()
+        if policy == P_NONE:
+            return
+        if policy == P_COOP:
+            self._choose_window(size, now, victims)
+            return
+        cdef int idx = self.first
+        cdef int best = -1
+        cdef double best_score = INFINITY
+        cdef double score, m
+        cdef int slot
+        while idx >= 0:
+            if self._candidate(idx):
+                slot = self.pieces_[idx].storage
+                if policy == P_DTR:
+                    score = self.storages[slot].cprime / (
+                        <double>self.pieces_[idx].size * _stale(self.storages[slot].last_access, now))
+                elif policy == P_DTE:
+                    m = <double>self.pieces_[idx].size
+                    if self.pieces_[idx].prev >= 0 and self.pieces_[self.pieces_[idx].prev].free:
+                        m = m + self.pieces_[self.pieces_[idx].prev].size
+                    if self.pieces_[idx].next >= 0 and self.pieces_[self.pieces_[idx].next].free:
+                        m = m + self.pieces_[self.pieces_[idx].next].size
+                    score = self.storages[slot].cprime / (m * _stale(self.storages[slot].last_access, now))
+                elif policy == P_LRU:
+                    score = self.storages[slot].last_access
+                else:
+                    score = 1.0 / <double>self.pieces_[idx].size
+                if best < 0 or score < best_score:
+                    best = idx
+                    best_score = score
+            idx = self.pieces_[idx].next
+        if best >= 0:
+            victims.push_back(self.pieces_[best].storage)
+
+    cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept:
+        """Two-pointer scan for the cheapest run of free/candidate pieces covering size bytes."""
+        cdef int left, right, count, best_start = -1, best_count = 0
+        cdef int i = self.first
+        cdef double p_left, p_right, cost, h, best_cost = INFINITY
+        cdef size_t covered
+        while i >= 0:
+            if not (self.pieces_[i].free or self._candidate(i)):
+                i = self.pieces_[i].next
+                continue
+            # a segment of window pieces starts at i
+            left = i
+            right = i
+            p_left = 0.0
+            p_right = 0.0
+            covered = 0
+            count = 0
+            while True:
+                while covered < size and right >= 0 and (self.pieces_[right].free or self._candidate(right)):
+                    h = 0.0 if self.pieces_[right].free else self._h(self.pieces_[right].storage, now)
+                    self.hbuf[right] = h
+                    p_right = p_right + h
+                    covered += self.pieces_[right].size
+                    count += 1
+                    right = self.pieces_[right].next
+                if covered < size:
+                    break
+                cost = p_right - p_left
+                if cost < best_cost:
+                    best_cost = cost
+                    best_start = left
+                    best_count = count
+                p_left = p_left + self.hbuf[left]
+                covered -= self.pieces_[left].size
+                count -= 1
+                left = self.pieces_[left].next
+            i = right
+        if best_start < 0:
+            return
+        i = best_start
+        while best_count > 0:
+            if not self.pieces_[i].free:
+                victims.push_back(self.pieces_[i].storage)
+            i = self.pieces_[i].next
+            best_count -= 1
+
+    # ---- Python API -------------------------------------------------------------------------
+
+    def allocate(self, nbytes, cls=EXPENSIVE, storage=NO_STORAGE):
+        """Best-fit placement of nbytes (EXPENSIVE at the low end, CHEAP at the high end).
+
+        Returns the offset, or -1 when no free piece fits; never evicts.
+        """
+        cdef size_t size = self._checked_request(nbytes)
+        cdef int slot = self._unbound_slot(storage)
+        return self.c_allocate(size, cls, slot)
+
+    def free(self, offset):
+        """Free the used piece at offset; a storage bound to it becomes evicted."""
+        self.c_free(_size_arg(offset, "offset"))
+
+    def bind(self, offset, storage):
+        """Bind the anonymous used piece at offset to a registered, non-resident storage."""
+        cdef size_t off = _size_arg(offset, "offset")
+        cdef unordered_map[size_t, int].iterator it = self.by_offset.find(off)
+        if it == self.by_offset.end():
+            raise ValueError(f"bind to unknown offset {off}: no piece starts there")
+        cdef int idx = deref(it).second
+        if self.pieces_[idx].free:
+            raise ValueError(f"bind to offset {off}: the piece is free; allocate it first")
+        if self.pieces_[idx].storage >= 0:
+            raise ValueError(f"bind to offset {off}: the piece already holds storage "
+                             f"{self.storages[self.pieces_[idx].storage].sid}")
+        cdef int slot = self._unbound_slot(storage)
+        if slot < 0:
+            raise ValueError("bind needs a storage id >= 0")
+        self._bind(idx, slot)
+
+    def add_storage(self, sid, cost=0.0, neighbors=(), evictable=True):
+        """Register storage sid (not resident) with its own cost and neighbours."""
+        if isinstance(sid, bool) or isinstance(sid, float):
+            raise TypeError(f"storage ids are integers, got {sid!r}")
+        cdef int64_t key = _index(sid)
+        if key < 0:
+            raise ValueError(f"storage ids must be >= 0, got {key}")
+        if self.by_sid.count(key):
+            raise ValueError(f"storage {key} is already registered")
+        cdef double c = _cost_arg(cost)
+        cdef list slots = []
+        for n in neighbors:
+            if n != key:
+                slots.append(self._slot(n))
+        cdef int slot
+        if not self.storage_pool.empty():
+            slot = self.storage_pool.back()
+            self.storage_pool.pop_back()
+        else:
+            slot = <int>self.storages.size()
+            self.storages.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False))
+            self.adjacency.push_back(vector[int]())
+        self.storages[slot] = Storage(key, c, c, 0.0, -1, 0, bool(evictable), -1, slot, slot, True)
+        self.adjacency[slot].clear()
+        self.by_sid[key] = slot
+        cdef int n_slot
+        for n_slot in slots:
+            if not _contains(self.adjacency[slot], n_slot):
+                self.adjacency[slot].push_back(n_slot)
+                self.adjacency[n_slot].push_back(slot)
+
+    def remove_storage(self, sid):
+        """Forget sid; if resident its piece stays used, anonymous, until freed."""
+        cdef int slot = self._slot(sid)
+        cdef Storage* st = &self.storages[slot]
+        cdef int c = st.cls
+        cdef int n
+        if st.piece >= 0:
+            self.pieces_[st.piece].storage = -1
+            st.piece = -1
+        if c >= 0:
+            self._class_leave(slot)
+            if self.classes[c].head >= 0:
+                self._refresh_class(c)
+        for n in self.adjacency[slot]:
+            _remove(self.adjacency[n], slot)
+            if self.storages[n].piece >= 0:
+                self.storages[n].cprime = self._cprime(n)
+        self.adjacency[slot].clear()
+        self.by_sid.erase(self.storages[slot].sid)
+        self.storages[slot].live = False
+        self.storage_pool.push_back(slot)
+
+    def has_storage(self, sid):
+        return self.by_sid.count(_index(sid)) > 0
+
+    def set_cost(self, sid, cost):
+        cdef int slot = self._slot(sid)
+        cdef double c = _cost_arg(cost)
+        cdef Storage* st = &self.storages[slot]
+        cdef double old = st.cost
+        st.cost = c
+        if st.piece >= 0:
+            st.cprime = self._cprime(slot)
+        elif st.cls >= 0:
+            self.classes[st.cls].cost = self.classes[st.cls].cost + (c - old)
+            self._refresh_class(st.cls)
+
+    def set_evictable(self, sid, flag):
+        self.storages[self._slot(sid)].evictable = bool(flag)
+
+    def pin(self, sid):
+        self.storages[self._slot(sid)].pins += 1
+
+    def unpin(self, sid):
+        cdef int slot = self._slot(sid)
+        if self.storages[slot].pins == 0:
+            raise ValueError(f"unpin of storage {sid}, which is not pinned")
+        self.storages[slot].pins -= 1
+
+    def touch(self, sid, now):
+        self.storages[self._slot(sid)].last_access = float(now)
+
+    def storage_info(self, sid):
+        cdef int slot = self._slot(sid)
+        cdef Storage st = self.storages[slot]
+        resident = st.piece >= 0
+        return {
+            "resident": resident,
+            "offset": self.pieces_[st.piece].offset if resident else None,
+            "nbytes": self.pieces_[st.piece].size if resident else 0,
+            "cost": st.cost,
+            "cprime": st.cprime if resident else None,
+            "last_access": st.last_access,
+            "pins": st.pins,
+            "evictable": bool(st.evictable),
+            "class_cost": self.classes[st.cls].cost if st.cls >= 0 else None,
+        }
+
+    def pieces(self):
+        """[(offset, size, free, storage)] in address order; storage -1 when free or anonymous."""
+        out = []
+        cdef int idx = self.first
+        while idx >= 0:
+            p = self.pieces_[idx]
+            out.append((p.offset, p.size, bool(p.free),
+                        self.storages[p.storage].sid if p.storage >= 0 else NO_STORAGE))
+            idx = self.pieces_[idx].next
+        return out
+
+    def choose_victims(self, nbytes, policy, now):
+        """The storages the policy would evict for a request of nbytes (evicts nothing)."""
+        cdef size_t size = self._checked_request(nbytes)
+        cdef int code = _policy_code(policy)
+        cdef vector[int] victims
+        self._choose(size, code, float(now), victims)
+        return [self.storages[s].sid for s in victims]
+
+    def allocate_or_evict(self, nbytes, cls, policy, now, evict, storage=NO_STORAGE):
+        """Place nbytes, evicting through evict(list of storage ids) until it fits."""
+        cdef size_t size = self._checked_request(nbytes)
+        cdef int code = _policy_code(policy)
+        cdef int slot = self._unbound_slot(storage)
+        cdef double clock = float(now)
+        cdef vector[int] victims
+        cdef double t0
+        cdef Py_ssize_t off
+        cdef size_t free_bytes
+        while True:
+            off = self.c_allocate(size, cls, slot)
+            if off >= 0:
+                return off
+            t0 = _monotonic()
+            self._choose(size, code, clock, victims)
+            self.search_time += _monotonic() - t0
+            self.searches += 1
+            free_bytes = self.capacity - self.used_bytes
+            self.frag_sum += <double>free_bytes / <double>self.capacity
+            if victims.empty():
+                self.failed += 1
+                self.largest_ratio_sum += (
+                    <double>self.largest_free() / <double>free_bytes if free_bytes else 1.0)
+                raise self._oom(size, policy)
+            ids = [self.storages[s].sid for s in victims]
+            sizes = [self.pieces_[self.storages[s].piece].size for s in victims]
+            evict(ids)
+            still = []
+            for sid, nb in zip(ids, sizes):
+                if self.by_sid.count(sid) and self.storages[self.by_sid[sid]].piece >= 0:
+                    still.append(sid)
+                else:
+                    self.evictions += 1
+                    self.bytes_evicted += nb
+            if still:
+                raise RuntimeError(f"the evict callback left storages {still} resident; "
+                                   "it must free every victim's piece")
+            # the callback may have removed the storage being placed
+            if slot >= 0 and not self.by_sid.count(_index(storage)):
+                raise ValueError(f"storage {storage} was removed during its own allocation")
+
+    def stats(self):
+        return {
+            "capacity": self.capacity,
+            "used_bytes": self.used_bytes,
+            "free_bytes": self.capacity - self.used_bytes,
+            "largest_free": self.largest_free(),
+            "pieces": self.n_pieces,
+            "free_pieces": self.n_free_pieces,
+            "evictions": self.evictions,
+            "bytes_evicted": self.bytes_evicted,
+            "searches": self.searches,
+            "search_time": self.search_time,
+            "fragmentation_rate": self.frag_sum / self.searches if self.searches else 0.0,
+            "failed_allocations": self.failed,
+            "largest_free_ratio": self.largest_ratio_sum / self.failed if self.failed else 0.0,
+        }
+
+    def check(self):
+        """Verify every invariant; raise AssertionError naming the first one broken."""
+        _check(self)
+
+    def __repr__(self):
+        return (f"<coop.Arena capacity={self.capacity} used={self.used_bytes} "
+                f"pieces={self.n_pieces} free_pieces={self.n_free_pieces}>")
+
+    # ---- argument checks --------------------------------------------------------------------
+
+    cdef size_t _checked_request(self, nbytes) except? 0:
+        cdef size_t n = _size_arg(nbytes, "the request")
+        if n > self.capacity:
+            free_bytes = self.capacity - self.used_bytes
+            raise OutOfMemoryError(
+                f"coop: a request of {n} bytes is larger than the whole arena "
+                f"(budget {self.capacity} bytes, {free_bytes} bytes free, largest free range "
+                f"{self.largest_free()} bytes); raise the budget above {n} bytes",
+                n, self.capacity, free_bytes, self.largest_free())
+        return self.request_size(n)
+
+    cdef int _unbound_slot(self, storage) except -2:
+        if isinstance(storage, bool) or isinstance(storage, float):
+            raise TypeError(f"storage ids are integers, got {storage!r}")
+        if _index(storage) == NO_STORAGE:
+            return -1
+        cdef int slot = self._slot(storage)
+        if self.storages[slot].piece >= 0:
+            raise ValueError(f"storage {storage} is already resident at offset "
+                             f"{self.pieces_[self.storages[slot].piece].offset}")
+        return slot
+
+    cdef object _oom(self, size_t size, policy):
+        free_bytes = self.capacity - self.used_bytes
+        largest = self.largest_free()
+        return OutOfMemoryError(
+            f"coop: cannot allocate {size} bytes under policy {policy!r}: budget {self.capacity} "
+            f"bytes, {free_bytes} bytes free, largest free range {largest} bytes, and nothing "
+            f"left to evict; raise the budget, or free or unpin tensors",
+            size, self.capacity, free_bytes, largest)
+
+
+include "_check.pxi"
+
+
+cdef inline double _stale(double last_access, double now) noexcept:
+    cdef double s = now - last_access
+    return s if s >= 1.0 else 1.0
+
+
+cdef inline bint _contains(vector[int]& items, int value) noexcept:
+    cdef int x
+    for x in items:
+        if x == value:
+            return True
+    return False
+
+
+cdef inline void _remove(vector[int]& items, int value) noexcept:
+    cdef size_t i
+    for i in range(items.size()):
+        if items[i] == value:
+            items[i] = items.back()
+            items.pop_back()
+            return
+
+
+cdef inline size_t deref_offset(cset[SizeOffset].iterator it) noexcept:
+    return deref(it).second
