@@ -330,10 +330,7 @@ cdef class Arena:
         return slot >= 0 and self.storages[slot].evictable and self.storages[slot].pins == 0
 
     cdef inline double _h(self, int slot, double now) noexcept:
-        cdef double stale = now - self.storages[slot].last_access
-        if stale < 1.0:
-            stale = 1.0
-        return self.storages[slot].cprime / stale
+        return self.storages[slot].cprime / _stale(self.storages[slot].last_access, now)
 
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept:
         victims.clear()
@@ -597,14 +594,16 @@ cdef class Arena:
             evict(ids)
             still = []
             for sid, nb in zip(ids, sizes):
-                if self.by_sid.count(sid) and self.storages[self.by_sid[sid]].piece >= 0:
-                    still.append(sid)
-                else:
+                if not self.by_sid.count(sid) or self.storages[self.by_sid[sid]].piece < 0:
                     self.evictions += 1
                     self.bytes_evicted += nb
+                elif self._candidate(self.storages[self.by_sid[sid]].piece):
+                    still.append(sid)
+            # a victim the owner could not drop (held elsewhere) must have been made unevictable
+            # or pinned by the callback; one left a candidate would be chosen again forever
             if still:
-                raise RuntimeError(f"the evict callback left storages {still} resident; "
-                                   "it must free every victim's piece")
+                raise RuntimeError(f"the evict callback left storages {still} resident and "
+                                   "evictable; it must free each victim's piece or mark it unevictable")
             # the callback may have removed the storage being placed
             if slot >= 0 and not self.by_sid.count(_index(storage)):
                 raise ValueError(f"storage {storage} was removed during its own allocation")

@@ -1,0 +1,303 @@
+"""Why contiguity matters: DTR's one-at-a-time eviction vs coop's window, at the same budget.
+
+Workload (synthetic, fixed seed): a few training iterations of a residual MLP of `--layers`
+blocks. Each block computes, like a transformer's feed-forward block,
+
+    h = x @ W1           (matmul: EXPENSIVE, width f * A bytes, f in 1..4 drawn per block)
+    mean, var, ... = stats(h)   (reductions: CHEAP, a handful of small tensors of a few KB)
+    n = normalize(h, stats); a = gelu(n)    (elementwise: CHEAP, f * A bytes each)
+    y = a @ W2           (matmul: EXPENSIVE, A bytes)
+    x = x + y            (elementwise: CHEAP, A bytes)
+
+where A (the activation size) varies per iteration, as with variable sequence lengths. The
+backward pass walks the blocks in reverse: gradients and weight gradients are anonymous
+(never evicted) and read the saved forward tensors, which are released once nothing needs them.
+Costs are proportional to bytes: a matmul costs `--matmul-density` times more per byte than an
+elementwise op; a reduction costs its input's bytes.
+
+The script plays the runtime: it registers every forward output with
+`add_storage(sid, cost, neighbors=inputs)`, allocates it with `allocate_or_evict`, pins an op's
+inputs while it runs and touches them on a logical clock that advances by each op's cost. The
+evict callback frees the victims' pieces; when a later op needs an evicted tensor, it is
+recomputed (recursively, its inputs first) into a new piece with `storage=sid`.
+
+The same program runs under `dtr` (every tensor at the low end of its free range, as the
+paper's baseline) and `coop` (window eviction, cheap tensors at the high end) with the same
+budget, a fraction `--ratio` of the unlimited run's peak. It prints evictions, recomputes,
+compute overhead and fragmentation side by side, and saves a memory map per policy: coop
+frees contiguous runs of cheap tensors, DTR frees scattered ones and must evict more bytes to
+find one range large enough.
+"""
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import coop  # noqa: E402
+
+MB = 1 << 20
+FREE, CHEAP_USED, EXPENSIVE_USED, ANONYMOUS = range(4)
+STATE_NAMES = ("free", "used, cheap", "used, expensive", "anonymous / unevictable")
+STATE_COLORS = ("#f2f2f2", "#f5a623", "#2b6cb0", "#555555")
+POLICIES = {"none": ("none", False), "dtr": ("dtr", False), "coop": ("coop", True), "coop-no-partition": ("coop", False)}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One op's output: its size, placement class, own cost, inputs and whether it is evictable."""
+
+    nbytes: int
+    cls: int
+    cost: float
+    inputs: tuple
+    evictable: bool
+
+
+def build_program(layers, iterations, unit, density, seed):
+    """Returns (tensors, steps): steps are ("compute", sid) or ("release", sid) in program order."""
+    rng = np.random.default_rng(seed)
+    widths = rng.integers(1, 5, size=layers)
+    tensors, order, persistent = [], [], set()
+
+    def op(nbytes, cls, cost, inputs=(), evictable=True):
+        tensors.append(Tensor(int(nbytes), cls, float(cost), tuple(inputs), evictable))
+        order.append(len(tensors) - 1)
+        return len(tensors) - 1
+
+    weights = [(op(unit // 8, coop.EXPENSIVE, 0.0, evictable=False),
+                op(unit // 8, coop.EXPENSIVE, 0.0, evictable=False)) for _ in range(layers)]
+    persistent.update(w for pair in weights for w in pair)
+    for _ in range(iterations):
+        act = int(unit * rng.uniform(0.6, 1.0)) // 64 * 64
+        x = op(act, coop.EXPENSIVE, 0.0, evictable=False)  # the input batch
+        saved = []
+        for (w1, w2), f in zip(weights, widths):
+            h = op(f * act, coop.EXPENSIVE, density * f * act / MB, (x, w1))
+            stats = [op(int(rng.integers(1, 9)) * 1024, coop.CHEAP, f * act / MB, (h,))
+                     for _ in range(int(rng.integers(2, 6)))]
+            n = op(f * act, coop.CHEAP, f * act / MB, (h, *stats))
+            a = op(f * act, coop.CHEAP, f * act / MB, (n,))
+            y = op(act, coop.EXPENSIVE, density * act / MB, (a, w2))
+            saved.append((x, h, stats, n, a, w1, w2, f))
+            x = op(act, coop.CHEAP, act / MB, (x, y))
+        grad = op(act, coop.CHEAP, act / MB, (x,), evictable=False)  # d loss / d x
+        weight_grads = []
+        for x_in, h, stats, n, a, w1, w2, f in reversed(saved):
+            g_a = op(f * act, coop.EXPENSIVE, density * f * act / MB, (grad, w2), evictable=False)
+            weight_grads.append(op(unit // 8, coop.EXPENSIVE, density * act / MB, (a, grad), False))
+            g_h = op(f * act, coop.CHEAP, 2 * f * act / MB, (g_a, n, h, *stats), evictable=False)
+            weight_grads.append(op(unit // 8, coop.EXPENSIVE, density * act / MB, (x_in, g_h), False))
+            grad = op(act, coop.EXPENSIVE, density * f * act / MB, (g_h, w1, grad), evictable=False)
+        op(64, coop.CHEAP, len(weight_grads) * unit / 8 / MB, weight_grads, evictable=False)  # step
+    return tensors, schedule_releases(tensors, order, persistent)
+
+
+def schedule_releases(tensors, order, persistent):
+    """Release each tensor after its last reader, and never before an evictable consumer that
+    may still need it to be recomputed."""
+    last = {}
+    for index, sid in enumerate(order):
+        last[sid] = index
+        for x in tensors[sid].inputs:
+            last[x] = index
+    for sid in reversed(order):
+        if tensors[sid].evictable:
+            for x in tensors[sid].inputs:
+                last[x] = max(last[x], last[sid])
+    releases = {}
+    for sid, index in last.items():
+        if sid not in persistent:
+            releases.setdefault(index, []).append(sid)
+    steps = []
+    for index, sid in enumerate(order):
+        steps.append(("compute", sid))
+        steps.extend(("release", x) for x in sorted(releases.get(index, ())))
+    return steps
+
+
+class Runtime:
+    """Plays the runtime over one arena: allocation, pins, clock, evictions and recomputes."""
+
+    def __init__(self, tensors, capacity, policy, partition, bins):
+        self.tensors, self.policy, self.partition = tensors, policy, partition
+        self.arena = coop.Arena(capacity)
+        self.offsets, self.evicted = {}, set()
+        self.clock = self.executed = self.recompute_cost = 0.0
+        self.recomputes = self.peak = 0
+        self.largest_free_ratios = []  # largest free / free bytes at each failed attempt
+        self.centers = (np.arange(bins) + 0.5) * (self.arena.capacity / max(bins, 1))
+        self.rows = []
+
+    def note_failed_attempt(self):
+        s = self.arena.stats()
+        self.largest_free_ratios.append(s["largest_free"] / s["free_bytes"] if s["free_bytes"] else 1.0)
+
+    def evict(self, victims):
+        self.note_failed_attempt()  # the arena calls back only after an allocation failed
+        for sid in victims:
+            self.arena.free(self.offsets.pop(sid))
+            self.evicted.add(sid)
+
+    def compute(self, sid, recompute=False):
+        """Makes sid resident: its evicted inputs first (pinned as they arrive), then its piece."""
+        t = self.tensors[sid]
+        pinned = []
+        try:
+            for x in t.inputs:
+                if x in self.evicted:
+                    self.compute(x, recompute=True)
+                if self.tensors[x].evictable:
+                    self.arena.pin(x)
+                    pinned.append(x)
+            if t.evictable and not recompute:
+                self.arena.add_storage(sid, t.cost, [x for x in t.inputs if self.tensors[x].evictable])
+            cls = t.cls if self.partition else coop.EXPENSIVE
+            storage = sid if t.evictable else coop.NO_STORAGE
+            self.offsets[sid] = self.arena.allocate_or_evict(
+                t.nbytes, cls, self.policy, self.clock, self.evict, storage=storage)
+        finally:
+            for x in pinned:
+                self.arena.unpin(x)
+        self.evicted.discard(sid)
+        self.clock += t.cost
+        self.executed += t.cost
+        for x in (sid, *t.inputs):
+            if self.tensors[x].evictable:
+                self.arena.touch(x, self.clock)
+        if recompute:
+            self.recomputes += 1
+            self.recompute_cost += t.cost
+        self.peak = max(self.peak, self.arena.stats()["used_bytes"])
+
+    def release(self, sid):
+        if sid in self.offsets:
+            self.arena.free(self.offsets.pop(sid))
+        self.evicted.discard(sid)
+        if self.tensors[sid].evictable:
+            self.arena.remove_storage(sid)
+
+    def sample(self):
+        """One row of the memory map: the state of the piece under each address bin."""
+        pieces = self.arena.pieces()
+        starts = np.fromiter((p[0] for p in pieces), np.int64, len(pieces))
+        states = np.array([FREE if free else ANONYMOUS if sid < 0
+                           else CHEAP_USED if self.tensors[sid].cls == coop.CHEAP else EXPENSIVE_USED
+                           for _, _, free, sid in pieces])
+        self.rows.append(states[np.searchsorted(starts, self.centers, side="right") - 1])
+
+
+def run(tensors, steps, capacity, policy_name, bins, label):
+    """Runs the program; returns the runtime and the step where it ran out of memory (or None)."""
+    policy, partition = POLICIES[policy_name]
+    runtime = Runtime(tensors, capacity, policy, partition, bins)
+    failed_at = None
+    start = time.perf_counter()
+    for index, (kind, sid) in enumerate(tqdm(steps, desc=label, unit="step", leave=False)):
+        try:
+            runtime.compute(sid) if kind == "compute" else runtime.release(sid)
+        except coop.OutOfMemoryError as error:
+            failed_at = (index, str(error))
+            runtime.note_failed_attempt()
+            break
+        if kind == "compute" and bins:
+            runtime.sample()
+    runtime.wall = time.perf_counter() - start
+    return runtime, failed_at
+
+
+def save_memory_map(runtime, path, title):
+    grid = np.array(runtime.rows).T
+    mib = runtime.arena.capacity / MB
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest", vmin=0, vmax=3,
+              cmap=ListedColormap(STATE_COLORS), extent=(0, grid.shape[1], 0, mib))
+    ax.set(xlabel="time step (op)", ylabel="address (MiB)", title=title)
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in STATE_COLORS],
+              labels=STATE_NAMES, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report_rows(runtime, failed_at, baseline_cost, total_steps):
+    s = runtime.arena.stats()
+    outcome = "completed" if failed_at is None else f"OOM at step {failed_at[0]}/{total_steps}"
+    overhead = f"{runtime.executed / baseline_cost:.3f}" + ("" if failed_at is None else " (partial)")
+    ratios = runtime.largest_free_ratios
+    return [
+        ("outcome", outcome),
+        ("evictions", f"{s['evictions']}"),
+        ("bytes evicted (MiB)", f"{s['bytes_evicted'] / MB:.1f}"),
+        ("recomputes", f"{runtime.recomputes}"),
+        ("recompute cost", f"{runtime.recompute_cost:.1f}"),
+        ("compute overhead", overhead),
+        ("fragmentation rate", f"{s['fragmentation_rate']:.3f}"),
+        ("largest free / free at failures", f"{np.mean(ratios):.3f}" if ratios else "-"),
+        ("eviction searches", f"{s['searches']}"),
+        ("search time (ms)", f"{s['search_time'] * 1e3:.2f}"),
+        ("peak used (MiB)", f"{runtime.peak / MB:.1f}"),
+        ("wall time (s)", f"{runtime.wall:.2f}"),
+    ]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ratio", type=float, default=0.5, help="budget / unlimited peak")
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--unit-mib", type=float, default=8.0, help="largest activation size A")
+    parser.add_argument("--matmul-density", type=float, default=32.0,
+                        help="cost per byte of a matmul relative to an elementwise op")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--policies", default="dtr,coop", help=f"from {', '.join(POLICIES)}")
+    parser.add_argument("--bins", type=int, default=400, help="address bins of the memory map")
+    parser.add_argument("--out", default="fragmentation_out", help="directory for the PNGs")
+    args = parser.parse_args(argv)
+    names = args.policies.split(",")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        parser.error(f"unknown policies {unknown}; choose from {list(POLICIES)}")
+
+    tensors, steps = build_program(args.layers, args.iterations, int(args.unit_mib * MB),
+                                   args.matmul_density, args.seed)
+    total = sum(t.nbytes for t in tensors) * 2
+    unlimited, failed = run(tensors, steps, total, "none", 0, "unlimited")
+    assert failed is None and unlimited.arena.stats()["searches"] == 0, "unlimited run evicted"
+    budget = int(args.ratio * unlimited.peak)
+    print(f"command: {' '.join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}")
+    print(f"program: {len(tensors)} tensors, {len(steps)} steps; unlimited peak "
+          f"{unlimited.peak / MB:.1f} MiB, cost {unlimited.executed:.1f}; budget "
+          f"{budget / MB:.1f} MiB (ratio {args.ratio})")
+
+    os.makedirs(args.out, exist_ok=True)
+    columns, saved = {}, []
+    for name in names:
+        runtime, failed_at = run(tensors, steps, budget, name, args.bins, name)
+        columns[name] = report_rows(runtime, failed_at, unlimited.executed, len(steps))
+        path = os.path.join(args.out, f"memory_map_{name}.png")
+        verdict = columns[name][0][1]
+        save_memory_map(runtime, path, f"{name} at ratio {args.ratio}: {verdict}, "
+                        f"{runtime.arena.stats()['evictions']} evictions")
+        saved.append(path)
+        if failed_at is not None:
+            print(f"{name} ran out of memory: {failed_at[1]}")
+
+    labels = [label for label, _ in next(iter(columns.values()))]
+    width = max(map(len, labels))
+    print(f"\n{'':{width}}  " + "  ".join(f"{n:>18}" for n in names))
+    for i, label in enumerate(labels):
+        print(f"{label:{width}}  " + "  ".join(f"{columns[n][i][1]:>18}" for n in names))
+    print("\nmemory maps: " + ", ".join(saved))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,473 @@
+"""Plain-Python model of ``coop._core.Arena`` (docs/core.md): small and obviously correct, not fast.
+
+Pieces are a sorted list, best fit is a scan, c' is recomputed from explicit class sets on every
+use, and the coop window is a brute force over all (start, end) pairs. The hypothesis tests drive
+it and the Cython arena with the same calls and require identical answers after every step.
+"""
+import math
+import operator
+import time
+
+from coop.errors import OutOfMemoryError
+
+EXPENSIVE = 0
+CHEAP = 1
+NO_STORAGE = -1
+POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
+
+# fields of a piece, a list [offset, size, storage id or None, free]
+OFFSET, SIZE, STORAGE, FREE = range(4)
+
+
+def _integer(value, what):
+    """An integer argument (NumPy integers too); bools and floats are refused like the core does."""
+    if isinstance(value, (bool, float)):
+        raise TypeError(f"{what} must be an integer, got {value!r}")
+    return operator.index(value)
+
+
+def _nonnegative(value, what):
+    n = _integer(value, what)
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0, got {n}")
+    return n
+
+
+def _cost(value):
+    cost = float(value)
+    if not math.isfinite(cost) or cost < 0.0:
+        raise ValueError(f"cost must be a finite number >= 0, got {value!r}")
+    return cost
+
+
+class _Storage:
+    """Eviction metadata of one registered storage; residency is looked up in the pieces."""
+
+    def __init__(self, cost, evictable):
+        self.cost = cost
+        self.neighbors = set()
+        self.evictable = evictable
+        self.pins = 0
+        self.last_access = 0.0
+        self.cls = None  # class id while evicted after having been resident
+
+
+class ReferenceArena:
+    """Same API and semantics as coop.Arena."""
+
+    def __init__(self, nbytes, alignment=64):
+        alignment = _nonnegative(alignment, "alignment")
+        if alignment == 0 or alignment & (alignment - 1):
+            raise ValueError(f"alignment must be a power of two, got {alignment}")
+        nbytes = _nonnegative(nbytes, "the arena size")
+        self.capacity = nbytes // alignment * alignment
+        self.alignment = alignment
+        if self.capacity == 0:
+            raise ValueError(f"an arena of {nbytes} bytes holds no {alignment}-byte piece")
+        self._pieces = [[0, self.capacity, None, True]]
+        self._storages = {}  # sid -> _Storage
+        self._classes = {}  # class id -> [set of member sids, cost]
+        self._next_class = 0
+        self._evictions = 0
+        self._bytes_evicted = 0
+        self._searches = 0
+        self._search_time = 0.0
+        self._fragmentation_sum = 0.0
+        self._failed = 0
+        self._largest_ratio_sum = 0.0
+
+    # ---- lookups ----------------------------------------------------------------------------
+
+    def _index_at(self, offset):
+        for i, piece in enumerate(self._pieces):
+            if piece[OFFSET] == offset:
+                return i
+        return None
+
+    def _piece_of(self, sid):
+        """The used piece bound to sid, or None when sid is not resident."""
+        for piece in self._pieces:
+            if piece[STORAGE] == sid:
+                return piece
+        return None
+
+    def _get(self, sid):
+        sid = _integer(sid, "storage id")
+        if sid not in self._storages:
+            raise ValueError(f"unknown storage {sid}")
+        return self._storages[sid]
+
+    def _free_bytes(self):
+        return sum(p[SIZE] for p in self._pieces if p[FREE])
+
+    def _largest_free(self):
+        return max((p[SIZE] for p in self._pieces if p[FREE]), default=0)
+
+    # ---- argument checks ---------------------------------------------------------------------
+
+    def _request(self, nbytes):
+        n = _nonnegative(nbytes, "the request")
+        if n > self.capacity:
+            raise self._oom(n)
+        return max(-(-n // self.alignment) * self.alignment, self.alignment)
+
+    def _unbound(self, storage):
+        """storage as a registered, non-resident sid, or None for NO_STORAGE."""
+        sid = _integer(storage, "storage id")
+        if sid == NO_STORAGE:
+            return None
+        self._get(sid)
+        if self._piece_of(sid) is not None:
+            raise ValueError(f"storage {sid} is already resident")
+        return sid
+
+    @staticmethod
+    def _policy(policy):
+        if not isinstance(policy, str) or policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}")
+        return policy
+
+    @staticmethod
+    def _cls(cls):
+        cls = _integer(cls, "class")
+        if cls not in (EXPENSIVE, CHEAP):
+            raise ValueError(f"class must be EXPENSIVE or CHEAP, got {cls}")
+        return cls
+
+    def _oom(self, request):
+        free, largest = self._free_bytes(), self._largest_free()
+        return OutOfMemoryError(
+            f"cannot allocate {request} bytes: budget {self.capacity} bytes, {free} bytes free, "
+            f"largest free range {largest} bytes; raise the budget, or free or unpin tensors",
+            request, self.capacity, free, largest)
+
+    # ---- placement ---------------------------------------------------------------------------
+
+    def _place(self, size, cls, sid):
+        """Best fit of a rounded size; returns the offset or -1."""
+        fits = [(p[SIZE], p[OFFSET], i) for i, p in enumerate(self._pieces)
+                if p[FREE] and p[SIZE] >= size]
+        if not fits:
+            return -1
+        _, offset, i = min(fits)
+        piece = self._pieces[i]
+        if piece[SIZE] == size:
+            used = piece
+        elif cls == EXPENSIVE:
+            used = [offset, size, None, False]
+            piece[OFFSET] += size
+            piece[SIZE] -= size
+            self._pieces.insert(i, used)
+        else:
+            used = [offset + piece[SIZE] - size, size, None, False]
+            piece[SIZE] -= size
+            self._pieces.insert(i + 1, used)
+        used[FREE] = False
+        if sid is not None:
+            self._bind(used, sid)
+        return used[OFFSET]
+
+    def _bind(self, piece, sid):
+        piece[STORAGE] = sid
+        self._leave_class(sid)
+
+    # ---- classes -----------------------------------------------------------------------------
+
+    def _join_class(self, sid):
+        """sid was just evicted: class {sid}, merged with every evicted neighbour's class."""
+        st = self._storages[sid]
+        cid = self._next_class
+        self._next_class += 1
+        self._classes[cid] = [{sid}, st.cost]
+        st.cls = cid
+        for n in sorted(st.neighbors):
+            other = self._storages[n].cls
+            if other is not None and other != cid:
+                members, cost = self._classes.pop(other)
+                self._classes[cid][0] |= members
+                self._classes[cid][1] += cost
+                for m in members:
+                    self._storages[m].cls = cid
+
+    def _leave_class(self, sid):
+        st = self._storages[sid]
+        if st.cls is None:
+            return
+        entry = self._classes[st.cls]
+        entry[0].remove(sid)
+        entry[1] -= st.cost
+        if not entry[0]:
+            del self._classes[st.cls]
+        st.cls = None
+
+    def _cprime(self, sid):
+        st = self._storages[sid]
+        classes = {self._storages[n].cls for n in st.neighbors} - {None}
+        return st.cost + sum(self._classes[c][1] for c in classes)
+
+    # ---- policies ----------------------------------------------------------------------------
+
+    def _candidate(self, piece):
+        if piece[FREE] or piece[STORAGE] is None:
+            return False
+        st = self._storages[piece[STORAGE]]
+        return st.evictable and st.pins == 0
+
+    def _staleness(self, sid, now):
+        return max(now - self._storages[sid].last_access, 1.0)
+
+    def _score(self, i, policy, now):
+        piece = self._pieces[i]
+        sid, nbytes = piece[STORAGE], piece[SIZE]
+        if policy == "dtr":
+            return self._cprime(sid) / (nbytes * self._staleness(sid, now))
+        if policy == "dte":
+            if i > 0 and self._pieces[i - 1][FREE]:
+                nbytes += self._pieces[i - 1][SIZE]
+            if i + 1 < len(self._pieces) and self._pieces[i + 1][FREE]:
+                nbytes += self._pieces[i + 1][SIZE]
+            return self._cprime(sid) / (nbytes * self._staleness(sid, now))
+        if policy == "lru":
+            return self._storages[sid].last_access
+        return 1.0 / nbytes  # size
+
+    def _window(self, size, now):
+        """Brute force over all windows i..j, cost P[j+1] - P[i] as docs/core.md defines it."""
+        pieces = self._pieces
+        h = []  # None for a piece that is neither free nor a candidate
+        for p in pieces:
+            if p[FREE]:
+                h.append(0.0)
+            elif self._candidate(p):
+                h.append(self._cprime(p[STORAGE]) / self._staleness(p[STORAGE], now))
+            else:
+                h.append(None)
+        running = [0.0]
+        for x in h:
+            running.append(0.0 if x is None else running[-1] + x)
+        best = None
+        for i in range(len(pieces)):
+            covered = 0
+            for j in range(i, len(pieces)):
+                if h[j] is None:
+                    break
+                covered += pieces[j][SIZE]
+                if covered >= size:
+                    key = (running[j + 1] - running[i], pieces[i][OFFSET], j - i + 1)
+                    if best is None or key < best[0]:
+                        best = (key, i, j)
+        if best is None:
+            return []
+        _, i, j = best
+        return [p[STORAGE] for p in pieces[i:j + 1] if not p[FREE]]
+
+    def _victims(self, size, policy, now):
+        if policy == "none":
+            return []
+        if policy == "coop":
+            return self._window(size, now)
+        scored = [(self._score(i, policy, now), p[OFFSET], p[STORAGE])
+                  for i, p in enumerate(self._pieces) if self._candidate(p)]
+        return [min(scored)[2]] if scored else []
+
+    # ---- Python API ---------------------------------------------------------------------------
+
+    def allocate(self, nbytes, cls=EXPENSIVE, storage=NO_STORAGE):
+        size = self._request(nbytes)
+        sid = self._unbound(storage)
+        return self._place(size, self._cls(cls), sid)
+
+    def free(self, offset):
+        offset = _nonnegative(offset, "offset")
+        i = self._index_at(offset)
+        if i is None:
+            raise ValueError(f"free of unknown offset {offset}")
+        piece = self._pieces[i]
+        if piece[FREE]:
+            raise ValueError(f"double free of offset {offset}")
+        sid = piece[STORAGE]
+        piece[STORAGE] = None
+        piece[FREE] = True
+        if i + 1 < len(self._pieces) and self._pieces[i + 1][FREE]:
+            piece[SIZE] += self._pieces.pop(i + 1)[SIZE]
+        if i > 0 and self._pieces[i - 1][FREE]:
+            self._pieces[i - 1][SIZE] += self._pieces.pop(i)[SIZE]
+        if sid is not None:
+            self._join_class(sid)
+
+    def bind(self, offset, storage):
+        offset = _nonnegative(offset, "offset")
+        i = self._index_at(offset)
+        if i is None:
+            raise ValueError(f"bind to unknown offset {offset}")
+        piece = self._pieces[i]
+        if piece[FREE]:
+            raise ValueError(f"bind to offset {offset}: the piece is free")
+        if piece[STORAGE] is not None:
+            raise ValueError(f"bind to offset {offset}: the piece already holds a storage")
+        sid = self._unbound(storage)
+        if sid is None:
+            raise ValueError("bind needs a storage id")
+        self._bind(piece, sid)
+
+    def add_storage(self, sid, cost=0.0, neighbors=(), evictable=True):
+        sid = _integer(sid, "storage id")
+        if sid < 0:
+            raise ValueError(f"storage ids must be >= 0, got {sid}")
+        if sid in self._storages:
+            raise ValueError(f"storage {sid} is already registered")
+        cost = _cost(cost)
+        neighbors = [_integer(n, "storage id") for n in neighbors]
+        for n in neighbors:
+            if n != sid and n not in self._storages:
+                raise ValueError(f"unknown storage {n}")
+        st = _Storage(cost, bool(evictable))
+        self._storages[sid] = st
+        for n in neighbors:
+            if n != sid:
+                st.neighbors.add(n)
+                self._storages[n].neighbors.add(sid)
+
+    def remove_storage(self, sid):
+        st = self._get(sid)
+        sid = _integer(sid, "storage id")
+        piece = self._piece_of(sid)
+        if piece is not None:
+            piece[STORAGE] = None
+        self._leave_class(sid)
+        for n in st.neighbors:
+            self._storages[n].neighbors.discard(sid)
+        del self._storages[sid]
+
+    def has_storage(self, sid):
+        return _integer(sid, "storage id") in self._storages
+
+    def set_cost(self, sid, cost):
+        st = self._get(sid)
+        cost = _cost(cost)
+        if st.cls is not None:
+            self._classes[st.cls][1] += cost - st.cost
+        st.cost = cost
+
+    def set_evictable(self, sid, flag):
+        self._get(sid).evictable = bool(flag)
+
+    def pin(self, sid):
+        self._get(sid).pins += 1
+
+    def unpin(self, sid):
+        st = self._get(sid)
+        if st.pins == 0:
+            raise ValueError(f"unpin of storage {sid}, which is not pinned")
+        st.pins -= 1
+
+    def touch(self, sid, now):
+        self._get(sid).last_access = float(now)
+
+    def storage_info(self, sid):
+        st = self._get(sid)
+        sid = _integer(sid, "storage id")
+        piece = self._piece_of(sid)
+        resident = piece is not None
+        return {
+            "resident": resident,
+            "offset": piece[OFFSET] if resident else None,
+            "nbytes": piece[SIZE] if resident else 0,
+            "cost": st.cost,
+            "cprime": self._cprime(sid) if resident else None,
+            "last_access": st.last_access,
+            "pins": st.pins,
+            "evictable": st.evictable,
+            "class_cost": self._classes[st.cls][1] if st.cls is not None else None,
+        }
+
+    def pieces(self):
+        return [(p[OFFSET], p[SIZE], p[FREE], NO_STORAGE if p[STORAGE] is None else p[STORAGE])
+                for p in self._pieces]
+
+    def choose_victims(self, nbytes, policy, now):
+        size = self._request(nbytes)
+        return self._victims(size, self._policy(policy), float(now))
+
+    def allocate_or_evict(self, nbytes, cls, policy, now, evict, storage=NO_STORAGE):
+        size = self._request(nbytes)
+        policy = self._policy(policy)
+        sid = self._unbound(storage)
+        cls = self._cls(cls)
+        now = float(now)
+        while True:
+            offset = self._place(size, cls, sid)
+            if offset >= 0:
+                return offset
+            start = time.perf_counter()
+            victims = self._victims(size, policy, now)
+            self._search_time += time.perf_counter() - start
+            self._searches += 1
+            free = self._free_bytes()
+            self._fragmentation_sum += free / self.capacity
+            if not victims:
+                self._failed += 1
+                self._largest_ratio_sum += self._largest_free() / free if free else 1.0
+                raise self._oom(size)
+            sizes = [self._piece_of(v)[SIZE] for v in victims]
+            evict(list(victims))
+            still = []
+            for v, nbytes_v in zip(victims, sizes):
+                if v in self._storages and self._piece_of(v) is not None:
+                    still.append(v)
+                else:
+                    self._evictions += 1
+                    self._bytes_evicted += nbytes_v
+            if still:
+                raise RuntimeError(f"the evict callback left storages {still} resident")
+            if sid is not None and sid not in self._storages:
+                raise ValueError(f"storage {sid} was removed during its own allocation")
+
+    def stats(self):
+        free = self._free_bytes()
+        return {
+            "capacity": self.capacity,
+            "used_bytes": self.capacity - free,
+            "free_bytes": free,
+            "largest_free": self._largest_free(),
+            "pieces": len(self._pieces),
+            "free_pieces": sum(1 for p in self._pieces if p[FREE]),
+            "evictions": self._evictions,
+            "bytes_evicted": self._bytes_evicted,
+            "searches": self._searches,
+            "search_time": self._search_time,
+            "fragmentation_rate": self._fragmentation_sum / self._searches if self._searches else 0.0,
+            "failed_allocations": self._failed,
+            "largest_free_ratio": self._largest_ratio_sum / self._failed if self._failed else 0.0,
+        }
+
+    def check(self):
+        """Verify every invariant from scratch; AssertionError names the first one broken."""
+        offset = 0
+        previous_free = False
+        bound = set()
+        for p in self._pieces:
+            assert p[OFFSET] == offset, f"piece at {p[OFFSET]} should start at {offset}"
+            assert p[SIZE] > 0 and p[SIZE] % self.alignment == 0, f"bad size at {p[OFFSET]}"
+            assert not (p[FREE] and previous_free), f"two adjacent free pieces at {p[OFFSET]}"
+            if p[STORAGE] is not None:
+                assert not p[FREE], f"free piece at {p[OFFSET]} is bound"
+                assert p[STORAGE] in self._storages, f"piece at {p[OFFSET]}: unknown storage"
+                assert p[STORAGE] not in bound, f"storage {p[STORAGE]} bound twice"
+                bound.add(p[STORAGE])
+            previous_free = p[FREE]
+            offset += p[SIZE]
+        assert offset == self.capacity, f"pieces cover {offset} of {self.capacity} bytes"
+        for sid, st in self._storages.items():
+            assert st.pins >= 0 and st.cost >= 0.0, f"storage {sid}: bad pins or cost"
+            for n in st.neighbors:
+                assert sid in self._storages[n].neighbors, f"storage {sid}: asymmetric neighbours"
+            if st.cls is not None:
+                assert sid not in bound, f"resident storage {sid} is in a class"
+                assert sid in self._classes[st.cls][0], f"storage {sid} missing from its class"
+        for cid, (members, cost) in self._classes.items():
+            assert members, f"class {cid} is empty"
+            for m in members:
+                assert self._storages[m].cls == cid, f"class {cid} lists storage {m}"
+            total = sum(self._storages[m].cost for m in members)
+            assert math.isclose(cost, total, rel_tol=1e-9, abs_tol=1e-9), f"class {cid} cost"

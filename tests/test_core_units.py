@@ -1,0 +1,630 @@
+"""Hand-built layouts with exact expected answers, run on coop.Arena and on the reference model."""
+import itertools
+import math
+import random
+import re
+
+import pytest
+
+import coop
+from coop import CHEAP, EXPENSIVE, NO_STORAGE, OutOfMemoryError
+from reference_arena import ReferenceArena
+
+import reference_arena
+
+
+@pytest.fixture(params=[coop.Arena, ReferenceArena], ids=["core", "reference"])
+def Arena(request):
+    return request.param
+
+
+def build(arena, layout):
+    """Allocate layout's pieces from offset 0 up, then free those marked "free".
+
+    layout: (nbytes, what) pairs; what is None (anonymous), "free", or a registered storage id.
+    Returns the offsets.
+    """
+    offsets = [arena.allocate(nbytes, EXPENSIVE, what if isinstance(what, int) else NO_STORAGE)
+               for nbytes, what in layout]
+    for (_, what), offset in zip(layout, offsets):
+        if what == "free":
+            arena.free(offset)
+    return offsets
+
+
+def storages(arena, costs, neighbors=None):
+    """Register storages 0..n-1 with the given costs and neighbour lists."""
+    for sid, cost in enumerate(costs):
+        arena.add_storage(sid, cost, (neighbors or {}).get(sid, ()))
+
+
+def evictor(arena, log=None):
+    """An evict callback that frees each victim's piece (and records the victim lists)."""
+    def evict(victims):
+        if log is not None:
+            log.append(list(victims))
+        for sid in victims:
+            arena.free(arena.storage_info(sid)["offset"])
+    return evict
+
+
+def snapshot(arena, sids=()):
+    stats = arena.stats()
+    del stats["search_time"]
+    return arena.pieces(), [arena.storage_info(s) for s in sids], stats
+
+
+def test_constants_agree():
+    assert (EXPENSIVE, CHEAP, NO_STORAGE) == (0, 1, -1)
+    assert (reference_arena.EXPENSIVE, reference_arena.CHEAP, reference_arena.NO_STORAGE) == (0, 1, -1)
+    assert tuple(coop.POLICIES) == reference_arena.POLICIES
+
+
+# ---- placement ----------------------------------------------------------------------------------
+
+def test_capacity_is_rounded_down_to_the_alignment(Arena):
+    assert (Arena(1000).capacity, Arena(1000).alignment) == (960, 64)
+    assert Arena(1000, 8).capacity == 1000
+    assert Arena(1000, 512).capacity == 512
+    assert Arena(1000).pieces() == [(0, 960, True, NO_STORAGE)]
+
+
+def test_request_sizes_round_up_and_are_never_empty(Arena):
+    arena = Arena(1024)
+    assert [arena.allocate(n) for n in (0, 1, 64, 65)] == [0, 64, 128, 192]
+    assert arena.pieces() == [(0, 64, False, -1), (64, 64, False, -1), (128, 64, False, -1),
+                              (192, 128, False, -1), (320, 704, True, -1)]
+    small = Arena(100, 8)
+    assert [small.allocate(0), small.allocate(9), small.allocate(8)] == [0, 8, 24]
+    assert small.pieces() == [(0, 8, False, -1), (8, 16, False, -1), (24, 8, False, -1),
+                              (32, 64, True, -1)]
+
+
+def test_best_fit_takes_the_smallest_piece_that_fits(Arena):
+    arena = Arena(1280)
+    build(arena, [(192, "free"), (64, None), (128, "free"), (64, None), (256, "free"), (64, None)])
+    assert [p for p in arena.pieces() if p[2]] == [
+        (0, 192, True, -1), (256, 128, True, -1), (448, 256, True, -1), (768, 512, True, -1)]
+    assert arena.allocate(100) == 256
+    assert arena.allocate(129) == 0
+    assert arena.allocate(200) == 448
+    assert arena.allocate(300) == 768
+    assert arena.allocate(64, CHEAP) == 1216
+    assert arena.pieces()[-2:] == [(1088, 128, True, -1), (1216, 64, False, -1)]
+    arena.check()
+
+
+def test_best_fit_breaks_ties_on_the_lowest_offset(Arena):
+    arena = Arena(512)
+    build(arena, [(128, "free"), (64, None), (128, "free"), (64, None)])
+    assert arena.allocate(64, CHEAP) == 64
+    assert arena.allocate(128) == 192
+    assert arena.allocate(64) == 0
+    assert arena.pieces() == [(0, 64, False, -1), (64, 64, False, -1), (128, 64, False, -1),
+                              (192, 128, False, -1), (320, 64, False, -1), (384, 128, True, -1)]
+
+
+def test_expensive_at_the_low_end_cheap_at_the_high_end(Arena):
+    arena = Arena(1024)
+    assert arena.allocate(64, CHEAP) == 960
+    assert arena.allocate(128, EXPENSIVE) == 0
+    assert arena.allocate(64, CHEAP) == 896
+    assert arena.pieces() == [(0, 128, False, -1), (128, 768, True, -1),
+                              (896, 64, False, -1), (960, 64, False, -1)]
+    arena.check()
+
+
+def test_exact_fit_and_no_fit(Arena):
+    arena = Arena(256)
+    build(arena, [(64, None), (128, "free"), (64, None)])
+    assert arena.allocate(129) == -1
+    assert arena.pieces() == [(0, 64, False, -1), (64, 128, True, -1), (192, 64, False, -1)]
+    assert arena.allocate(128, CHEAP) == 64
+    assert arena.allocate(0) == -1
+    assert arena.stats()["free_bytes"] == 0
+    arena.check()
+
+
+def test_free_merges_with_free_neighbours(Arena):
+    arena = Arena(512)
+    a, b, c = (arena.allocate(64) for _ in range(3))
+    arena.free(a)
+    assert arena.pieces() == [(0, 64, True, -1), (64, 64, False, -1), (128, 64, False, -1),
+                              (192, 320, True, -1)]
+    arena.free(c)
+    assert arena.pieces() == [(0, 64, True, -1), (64, 64, False, -1), (128, 384, True, -1)]
+    arena.free(b)
+    assert arena.pieces() == [(0, 512, True, -1)]
+    stats = arena.stats()
+    assert (stats["pieces"], stats["free_pieces"], stats["largest_free"]) == (1, 1, 512)
+    arena.check()
+
+
+def test_pieces_and_storage_info_of_a_bound_storage(Arena):
+    arena = Arena(512)
+    arena.add_storage(7, 2.0, evictable=False)
+    arena.touch(7, 5.0)
+    arena.pin(7)
+    assert arena.allocate(100, CHEAP, 7) == 384
+    anonymous = arena.allocate(64)
+    assert arena.pieces() == [(0, 64, False, -1), (64, 320, True, -1), (384, 128, False, 7)]
+    info = arena.storage_info(7)
+    assert info["resident"] is True
+    assert (info["offset"], info["nbytes"], info["cost"], info["cprime"]) == (384, 128, 2.0, 2.0)
+    assert (info["last_access"], info["pins"], info["evictable"]) == (5.0, 1, False)
+    arena.add_storage(8)
+    arena.bind(anonymous, 8)
+    assert arena.pieces()[0] == (0, 64, False, 8)
+    assert arena.has_storage(8) and not arena.has_storage(9)
+    arena.remove_storage(8)
+    assert arena.pieces()[0] == (0, 64, False, -1)
+    assert not arena.has_storage(8)
+    arena.free(384)
+    assert arena.storage_info(7)["resident"] is False
+    assert arena.stats()["used_bytes"] == 64
+    arena.check()
+
+
+# ---- policies -----------------------------------------------------------------------------------
+
+def test_coop_takes_the_cheap_window_beside_an_expensive_tensor(Arena):
+    arena = Arena(512)
+    storages(arena, [20, 1])
+    build(arena, [(128, 0), (64, "free"), (64, 1), (256, None)])
+    assert arena.choose_victims(128, "coop", 0) == [1]
+    log = []
+    assert arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evictor(arena, log)) == 128
+    assert log == [[1]]
+    assert arena.pieces() == [(0, 128, False, 0), (128, 128, False, -1), (256, 256, False, -1)]
+    arena.check()
+
+
+EIGHT_COSTS = [1, 20, 1, 20, 3, 3, 20, 20]
+
+
+@pytest.mark.parametrize("policy, victims, offset", [
+    ("coop", [[4, 5]], 256),
+    ("dtr", [[0], [2], [4], [5]], 256),
+    ("dte", [[0], [2], [4], [5]], 256),
+    ("lru", [[0], [1]], 0),
+    ("size", [[0], [1]], 0),
+])
+def test_eviction_loop_per_policy(Arena, policy, victims, offset):
+    arena = Arena(512)
+    storages(arena, EIGHT_COSTS)
+    build(arena, [(64, sid) for sid in range(8)])
+    log = []
+    assert arena.allocate_or_evict(128, EXPENSIVE, policy, 0, evictor(arena, log)) == offset
+    assert log == victims
+    stats = arena.stats()
+    assert stats["evictions"] == sum(map(len, victims))
+    assert stats["bytes_evicted"] == 64 * sum(map(len, victims))
+    assert stats["searches"] == len(victims)
+    assert stats["search_time"] >= 0.0
+    assert stats["failed_allocations"] == 0
+    arena.check()
+
+
+def test_fragmentation_rate_of_the_dtr_loop(Arena):
+    arena = Arena(512)
+    storages(arena, EIGHT_COSTS)
+    build(arena, [(64, sid) for sid in range(8)])
+    arena.allocate_or_evict(128, EXPENSIVE, "dtr", 0, evictor(arena))
+    # searches saw 0, 64, 128 and 192 free bytes of 512
+    assert arena.stats()["fragmentation_rate"] == pytest.approx((0 + 64 + 128 + 192) / 4 / 512)
+    assert arena.stats()["fragmentation_rate"] == 0.1875
+
+
+def test_a_pinned_piece_splits_the_arena(Arena):
+    arena = Arena(256)
+    storages(arena, [1, 1, 5, 5])
+    build(arena, [(64, sid) for sid in range(4)])
+    assert arena.choose_victims(128, "coop", 0) == [0, 1]
+    arena.pin(1)
+    assert arena.choose_victims(128, "coop", 0) == [2, 3]
+    assert arena.choose_victims(64, "dtr", 0) == [0]
+    arena.pin(0)
+    assert arena.choose_victims(64, "dtr", 0) == [2]
+    arena.unpin(0)
+    arena.unpin(1)
+    arena.set_evictable(1, False)
+    assert arena.choose_victims(128, "coop", 0) == [2, 3]
+    arena.set_evictable(1, True)
+    arena.remove_storage(1)  # its piece stays used and anonymous: a wall as well
+    assert arena.choose_victims(128, "coop", 0) == [2, 3]
+    arena.pin(2)
+    assert arena.choose_victims(128, "coop", 0) == []
+    with pytest.raises(OutOfMemoryError):
+        arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evictor(arena))
+    assert arena.pieces()[:2] == [(0, 64, False, 0), (64, 64, False, -1)]
+
+
+def test_dte_prefers_a_tensor_next_to_free_space(Arena):
+    arena = Arena(256)
+    storages(arena, [2, 2])
+    build(arena, [(64, 0), (64, 1), (64, "free"), (64, None)])
+    assert arena.choose_victims(64, "dtr", 0) == [0]
+    assert arena.choose_victims(64, "dte", 0) == [1]
+
+
+def test_dte_counts_free_bytes_on_both_sides(Arena):
+    arena = Arena(512)
+    storages(arena, [1, 3])
+    build(arena, [(64, 0), (64, None), (64, "free"), (64, 1), (128, "free"), (128, None)])
+    # storage 0: 1 / 64;  storage 1: 3 / (64 + 64 + 128), below 1/64 only with both sides counted
+    assert arena.choose_victims(64, "dte", 0) == [1]
+    assert arena.choose_victims(64, "dtr", 0) == [0]
+
+
+def test_dtr_divides_by_bytes_and_staleness(Arena):
+    arena = Arena(512)
+    storages(arena, [20, 1])
+    build(arena, [(128, 0), (64, 1), (320, None)])
+    arena.touch(0, 0)
+    arena.touch(1, 6)
+    # now 0: both staleness 1: 20/128 > 1/64
+    assert arena.choose_victims(64, "dtr", 0) == [1]
+    # now 200: 20/(128*200) < 1/(64*194)
+    assert arena.choose_victims(64, "dtr", 200) == [0]
+    # now 6.5: storage 1's staleness 0.5 is raised to 1: 20/(128*6.5) > 1/64
+    assert arena.choose_victims(64, "dtr", 6.5) == [1]
+
+
+def test_dtr_uses_cprime(Arena):
+    arena = Arena(512)
+    storages(arena, [10, 1, 2], neighbors={1: [0]})
+    build(arena, [(64, 0), (64, 1), (64, 2), (320, None)])
+    assert arena.choose_victims(64, "dtr", 0) == [1]
+    arena.free(0)  # storage 1 now drags back storage 0: c' = 11
+    assert arena.storage_info(1)["cprime"] == 11.0
+    assert arena.choose_victims(64, "dtr", 0) == [2]
+
+
+def test_lru_and_size(Arena):
+    arena = Arena(512)
+    storages(arena, [1, 1, 1, 1])
+    build(arena, [(128, 0), (64, 1), (128, 2), (64, 3)])
+    for sid, now in enumerate([5, 3, 3, 4]):
+        arena.touch(sid, now)
+    assert arena.choose_victims(64, "lru", 10) == [1]
+    assert arena.choose_victims(64, "size", 10) == [0]
+    arena.pin(0)
+    assert arena.choose_victims(64, "size", 10) == [2]
+    arena.pin(1)
+    assert arena.choose_victims(64, "lru", 10) == [2]
+    assert arena.choose_victims(64, "none", 10) == []
+
+
+# ---- classes and c' -----------------------------------------------------------------------------
+
+def test_cprime_counts_each_evicted_neighbour_class_once(Arena):
+    arena = Arena(1024)
+    n1, n2, n3, x = 0, 1, 2, 3
+    storages(arena, [2, 3, 7, 1], neighbors={n2: [n1], x: [n1, n2, n3]})
+    offsets = build(arena, [(64, sid) for sid in range(4)])
+    assert arena.storage_info(x)["cprime"] == 1.0
+    arena.free(offsets[n1])
+    assert arena.storage_info(x)["cprime"] == 3.0
+    assert arena.storage_info(n2)["cprime"] == 5.0
+    arena.free(offsets[n2])
+    assert arena.storage_info(n1)["class_cost"] == arena.storage_info(n2)["class_cost"] == 5.0
+    assert arena.storage_info(x)["cprime"] == 6.0
+    arena.free(offsets[n3])
+    assert arena.storage_info(n3)["class_cost"] == 7.0
+    assert arena.storage_info(x)["cprime"] == 13.0
+    # rematerializing n1 takes it out of its class
+    assert arena.allocate(64, EXPENSIVE, n1) == 0
+    assert arena.storage_info(n2)["class_cost"] == 3.0
+    assert arena.storage_info(x)["cprime"] == 11.0
+    assert arena.storage_info(n1)["cprime"] == 5.0
+    arena.set_cost(n2, 10)
+    assert arena.storage_info(n2)["class_cost"] == 10.0
+    assert arena.storage_info(x)["cprime"] == 18.0
+    assert arena.storage_info(n1)["cprime"] == 12.0
+    arena.remove_storage(n3)
+    assert arena.storage_info(x)["cprime"] == 11.0
+    arena.set_cost(x, 4)
+    assert arena.storage_info(x)["cprime"] == 14.0
+    arena.check()
+
+
+def test_classes_never_split(Arena):
+    arena = Arena(1024)
+    a, m, b, x, y = range(5)
+    storages(arena, [1, 2, 4, 10, 8], neighbors={m: [a], b: [m], x: [a, b], y: [a]})
+    offsets = build(arena, [(64, sid) for sid in range(5)])
+    for sid in (a, m, b):
+        arena.free(offsets[sid])
+    assert arena.storage_info(b)["class_cost"] == 7.0
+    assert arena.storage_info(x)["cprime"] == 17.0
+    arena.allocate(64, EXPENSIVE, m)  # m leaves; a and b stay one class
+    assert arena.storage_info(a)["class_cost"] == arena.storage_info(b)["class_cost"] == 5.0
+    assert arena.storage_info(x)["cprime"] == 15.0
+    assert arena.storage_info(m)["cprime"] == 7.0
+    assert arena.storage_info(m)["class_cost"] is None
+    arena.free(offsets[y])  # y joins a's class, which is b's class too
+    assert arena.storage_info(b)["class_cost"] == 13.0
+    assert arena.storage_info(x)["cprime"] == 23.0
+    arena.remove_storage(a)
+    assert arena.storage_info(b)["class_cost"] == 12.0
+    assert arena.storage_info(x)["cprime"] == 22.0
+    arena.check()
+
+
+# ---- the coop window against brute force ----------------------------------------------------------
+
+def brute_force_window(arena, nbytes, now):
+    """Cheapest window by itertools over all (start, end), each cost an exact math.fsum."""
+    pieces = arena.pieces()
+    size = max(-(-nbytes // arena.alignment) * arena.alignment, arena.alignment)
+    h = []
+    for _, _, free, sid in pieces:
+        if free:
+            h.append(0.0)
+            continue
+        info = arena.storage_info(sid) if sid != NO_STORAGE else None
+        if info is None or info["pins"] or not info["evictable"]:
+            h.append(None)
+        else:
+            h.append(info["cprime"] / max(now - info["last_access"], 1.0))
+    best, victims = None, []
+    for i, j in itertools.combinations_with_replacement(range(len(pieces)), 2):
+        window = range(i, j + 1)
+        if any(h[k] is None for k in window) or sum(pieces[k][1] for k in window) < size:
+            continue
+        key = (math.fsum(h[k] for k in window), pieces[i][0], j - i + 1)
+        if best is None or key < best:
+            best = key
+            victims = [pieces[k][3] for k in window if not pieces[k][2]]
+    return victims
+
+
+def random_layout(seed):
+    """The same random arena in core and reference; costs and staleness keep every h dyadic."""
+    rng = random.Random(seed)
+    k = rng.randint(4, 40)
+    now = 100
+    arenas = [coop.Arena(64 * k), ReferenceArena(64 * k)]
+    for arena in arenas:
+        r = random.Random(seed)
+        r.randint(4, 40)
+        sid = 0
+        while True:
+            cost = r.randint(0, 20)
+            neighbors = r.sample(range(sid), min(sid, r.randint(0, 2)))
+            arena.add_storage(sid, cost, neighbors, evictable=r.random() < 0.9)
+            arena.touch(sid, now - r.choice([0, 1, 2, 4, 8]))
+            cls = r.choice([EXPENSIVE, CHEAP])
+            anonymous = r.random() < 0.1
+            offset = arena.allocate(64 * r.randint(1, 4), cls, NO_STORAGE if anonymous else sid)
+            if offset < 0:
+                break
+            if r.random() < 0.3:
+                arena.free(offset)
+            if r.random() < 0.05:
+                arena.pin(sid)
+            sid += 1
+    return arenas, now, rng
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_coop_window_is_the_brute_force_minimum(seed):
+    (core, reference), now, rng = random_layout(seed)
+    assert core.pieces() == reference.pieces()
+    for _ in range(5):
+        nbytes = rng.randint(0, core.capacity)
+        expected = brute_force_window(reference, nbytes, now)
+        assert brute_force_window(core, nbytes, now) == expected
+        assert reference.choose_victims(nbytes, "coop", now) == expected
+        assert core.choose_victims(nbytes, "coop", now) == expected
+
+
+def test_coop_window_ties_go_to_the_lowest_address(Arena):
+    arena = Arena(512)
+    storages(arena, [2, 3, 5, 3, 2, 5])
+    build(arena, [(64, 0), (64, 1), (64, 2), (64, 3), (64, 4), (64, 5), (128, None)])
+    # windows {0,1} and {3,4} both cost 5
+    assert arena.choose_victims(128, "coop", 0) == [0, 1]
+    arena.touch(0, -1)  # staleness 2 -> h = 1: {0,1} now costs 4
+    arena.touch(4, -3)  # staleness 4 -> h = 0.5: {3,4} costs 3.5
+    assert arena.choose_victims(128, "coop", 0) == [3, 4]
+
+
+def test_coop_window_prefers_fewer_pieces_on_equal_cost(Arena):
+    arena = Arena(512)
+    storages(arena, [0, 4, 0])
+    build(arena, [(64, 0), (128, 1), (64, 2), (256, None)])
+    # from offset 0: {0} is too small, {0, 1} costs 4; from 64: {1} costs 4 as well
+    assert arena.choose_victims(128, "coop", 0) == [0, 1]
+    arena.set_cost(1, 0)
+    # every window costs 0: the lowest start wins, then the fewest pieces
+    assert arena.choose_victims(64, "coop", 0) == [0]
+    assert arena.choose_victims(192, "coop", 0) == [0, 1]
+
+
+# ---- counters and errors ----------------------------------------------------------------------------
+
+def oom_layout(Arena):
+    arena = Arena(640)
+    build(arena, [(64, None), (192, "free"), (64, None), (128, "free"), (64, None)])
+    # free: 192 at 64, 128 at 320, 128 at 512: 448 bytes, largest 192
+    return arena
+
+
+def assert_names(message, *numbers):
+    for number in numbers:
+        assert re.search(rf"\b{number}\b", message), (number, message)
+
+
+def test_out_of_memory_for_a_request_larger_than_the_arena(Arena):
+    arena = oom_layout(Arena)
+    before = snapshot(arena)
+    with pytest.raises(OutOfMemoryError) as info:
+        arena.allocate(1000)
+    assert isinstance(info.value, MemoryError)
+    assert_names(str(info.value), 1000, 640, 448, 192)
+    assert (info.value.request, info.value.budget, info.value.free, info.value.largest_free) == (
+        1000, 640, 448, 192)
+    with pytest.raises(OutOfMemoryError):
+        arena.allocate_or_evict(641, EXPENSIVE, "coop", 0, evictor(arena))
+    assert snapshot(arena) == before
+    arena.check()
+
+
+@pytest.mark.parametrize("policy", ["none", "coop", "dtr"])
+def test_out_of_memory_when_nothing_can_make_room(Arena, policy):
+    arena = oom_layout(Arena)
+    assert arena.allocate(256) == -1
+    with pytest.raises(OutOfMemoryError) as info:
+        arena.allocate_or_evict(256, CHEAP, policy, 0, evictor(arena))
+    assert_names(str(info.value), 256, 640, 448, 192)
+    assert (info.value.request, info.value.budget, info.value.free, info.value.largest_free) == (
+        256, 640, 448, 192)
+    stats = arena.stats()
+    assert (stats["searches"], stats["failed_allocations"], stats["evictions"]) == (1, 1, 0)
+    assert stats["fragmentation_rate"] == 448 / 640
+    assert stats["largest_free_ratio"] == 192 / 448
+    arena.check()
+
+
+def test_out_of_memory_after_evicting_everything(Arena):
+    arena = Arena(256)
+    storages(arena, [1, 1])
+    build(arena, [(64, 0), (64, None), (64, 1), (64, None)])
+    log = []
+    with pytest.raises(OutOfMemoryError):
+        arena.allocate_or_evict(128, EXPENSIVE, "dtr", 0, evictor(arena, log))
+    assert log == [[0], [1]]
+    stats = arena.stats()
+    assert (stats["searches"], stats["evictions"], stats["bytes_evicted"]) == (3, 2, 128)
+    assert stats["fragmentation_rate"] == pytest.approx((0 + 64 + 128) / 3 / 256)
+    assert (stats["failed_allocations"], stats["largest_free_ratio"]) == (1, 0.5)
+    arena.check()
+
+
+def test_evict_callback_that_frees_nothing(Arena):
+    arena = Arena(256)
+    storages(arena, [1, 1, 1, 1])
+    build(arena, [(64, sid) for sid in range(4)])
+    before = arena.pieces()
+    with pytest.raises(RuntimeError):
+        arena.allocate_or_evict(64, EXPENSIVE, "dtr", 0, lambda victims: None)
+    arena.check()
+    assert arena.pieces() == before
+    assert arena.storage_info(0)["resident"]
+    assert arena.stats()["evictions"] == 0
+
+
+def test_evict_callback_that_frees_part_of_the_window(Arena):
+    arena = Arena(256)
+    storages(arena, [1, 1, 1, 1])
+    build(arena, [(64, sid) for sid in range(4)])
+    with pytest.raises(RuntimeError):
+        arena.allocate_or_evict(128, EXPENSIVE, "coop", 0,
+                                lambda victims: arena.free(arena.storage_info(victims[0])["offset"]))
+    arena.check()
+    assert arena.pieces() == [(0, 64, True, -1), (64, 64, False, 1), (128, 64, False, 2),
+                              (192, 64, False, 3)]
+    assert not arena.storage_info(0)["resident"]
+    assert arena.storage_info(1)["resident"]
+    assert arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evictor(arena)) == 0
+    arena.check()
+
+
+def test_evict_callback_may_reenter_the_arena(Arena):
+    arena = Arena(256)
+    storages(arena, [1, 5, 5, 5])
+    build(arena, [(64, sid) for sid in range(4)])
+
+    def evict(victims):
+        for sid in victims:
+            arena.free(arena.storage_info(sid)["offset"])
+            arena.remove_storage(sid)
+
+    assert arena.allocate_or_evict(64, CHEAP, "dtr", 0, evict) == 0
+    assert not arena.has_storage(0)
+    arena.check()
+
+
+@pytest.mark.parametrize("args, error", [
+    ((1.5,), TypeError), (("1024",), TypeError), ((None,), TypeError), ((-64,), ValueError),
+    ((0,), ValueError), ((63,), ValueError), ((1024, 48), ValueError), ((1024, 0), ValueError),
+    ((1024, -64), ValueError), ((1024, 64.0), TypeError),
+])
+def test_bad_arena_arguments(Arena, args, error):
+    with pytest.raises(error):
+        Arena(*args)
+
+
+def _noop(victims):
+    raise AssertionError("the evict callback must not be called")
+
+
+BAD_CALLS = [
+    ("allocate", (1.5,), TypeError),
+    ("allocate", ("64",), TypeError),
+    ("allocate", (-1,), ValueError),
+    ("allocate", (513,), OutOfMemoryError),
+    ("allocate", (64, EXPENSIVE, 99), ValueError),
+    ("allocate", (64, EXPENSIVE, 1), ValueError),
+    ("allocate", (64, EXPENSIVE, 2.0), TypeError),
+    ("free", (128,), ValueError),
+    ("free", (32,), ValueError),
+    ("free", (512,), ValueError),
+    ("free", (-64,), ValueError),
+    ("free", (64.0,), TypeError),
+    ("bind", (128, 2), ValueError),
+    ("bind", (32, 2), ValueError),
+    ("bind", (0, 2), ValueError),
+    ("bind", (64, 1), ValueError),
+    ("bind", (64, 99), ValueError),
+    ("bind", (64, NO_STORAGE), ValueError),
+    ("bind", (64, 2.5), TypeError),
+    ("bind", (64.0, 2), TypeError),
+    ("add_storage", (1,), ValueError),
+    ("add_storage", (3, -1.0), ValueError),
+    ("add_storage", (3, math.inf), ValueError),
+    ("add_storage", (3, math.nan), ValueError),
+    ("add_storage", (3, 1.0, (99,)), ValueError),
+    ("add_storage", (3, 1.0, (2, 99)), ValueError),
+    ("add_storage", (3.0,), TypeError),
+    ("remove_storage", (99,), ValueError),
+    ("remove_storage", (1.5,), TypeError),
+    ("set_cost", (99, 1.0), ValueError),
+    ("set_cost", (1, -2.0), ValueError),
+    ("set_cost", (1, math.inf), ValueError),
+    ("set_evictable", (99, True), ValueError),
+    ("pin", (99,), ValueError),
+    ("unpin", (2,), ValueError),
+    ("unpin", (99,), ValueError),
+    ("touch", (99, 1.0), ValueError),
+    ("storage_info", (99,), ValueError),
+    ("choose_victims", (64, "bogus", 0), ValueError),
+    ("choose_victims", (-1, "coop", 0), ValueError),
+    ("choose_victims", (1.5, "coop", 0), TypeError),
+    ("choose_victims", (513, "coop", 0), OutOfMemoryError),
+    ("allocate_or_evict", (64, EXPENSIVE, "bogus", 0, _noop), ValueError),
+    ("allocate_or_evict", (-1, EXPENSIVE, "coop", 0, _noop), ValueError),
+    ("allocate_or_evict", (1.5, EXPENSIVE, "coop", 0, _noop), TypeError),
+    ("allocate_or_evict", (513, EXPENSIVE, "coop", 0, _noop), OutOfMemoryError),
+    ("allocate_or_evict", (64, EXPENSIVE, "coop", 0, _noop, 1), ValueError),
+    ("allocate_or_evict", (64, EXPENSIVE, "coop", 0, _noop, 99), ValueError),
+]
+
+
+@pytest.mark.parametrize("method, args, error", BAD_CALLS,
+                         ids=[f"{m}{args}" for m, args, _ in BAD_CALLS])
+def test_refused_calls_change_nothing(Arena, method, args, error):
+    arena = Arena(512)
+    arena.add_storage(1, 3.0)
+    arena.add_storage(2, 4.0, (1,))
+    arena.add_storage(5, 1.0, (2,))
+    build(arena, [(64, 1), (64, None), (64, 5)])
+    arena.free(128)  # storage 5 evicted: a class of its own
+    arena.pin(1)
+    arena.allocate_or_evict(64, CHEAP, "coop", 0, _noop)  # one search-free allocation at 448
+    before = snapshot(arena, (1, 2, 5))
+    with pytest.raises(error):
+        getattr(arena, method)(*args)
+    arena.check()
+    assert snapshot(arena, (1, 2, 5)) == before
