@@ -25,5 +25,13 @@ extensions = [
         language="c++",
         extra_compile_args=compile_args + ["-std=c++17"],
     ),
+    Extension(
+        "coop._host",
+        ["coop/_host.pyx"],
+        language="c++",
+        include_dirs=[numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=compile_args + ["-std=c++17"],
+    ),
 ]
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

@@ -1,6 +1,28 @@
 """coop: train NumPy-style models under a hard memory budget."""
 from coop._core import CHEAP, EXPENSIVE, NO_STORAGE, POLICIES, Arena
+from coop.backends.host import numpy_allocator
+from coop.backends.sim import SimBackend
+from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
+from coop.kernel import DEVICES, DeviceSpec, Kernel, kernel
+from coop.runtime import POLICY_TABLE, Runtime, apply, get_runtime
+from coop.tensor import Tensor
 
-__all__ = ["Arena", "CHEAP", "EXPENSIVE", "NO_STORAGE", "POLICIES", "OutOfMemoryError"]
+__all__ = ["Arena", "CHEAP", "DEVICES", "DeviceSpec", "EXPENSIVE", "Kernel", "NO_STORAGE",
+           "OutOfMemoryError", "POLICIES", "POLICY_TABLE", "Runtime", "SimBackend", "Tensor",
+           "apply", "get_runtime", "kernel", "numpy_allocator", "parse_budget"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The CuPy backend is optional: import it (and CuPy) only when asked for.
+    if name in ("allocator", "CoopMemoryPool"):
+        try:
+            from coop.backends import cupy as cupy_backend
+        except ModuleNotFoundError as err:
+            if err.name != "cupy":
+                raise
+            raise ModuleNotFoundError(f"coop.{name} needs CuPy: pip install cupy-cuda12x",
+                                      name="cupy") from err
+        return getattr(cupy_backend, name)
+    raise AttributeError(f"module 'coop' has no attribute {name!r}")

@@ -51,7 +51,8 @@ cdef class Arena:
     cdef vector[int] storage_pool       # unused storage slots
     cdef vector[EvictedClass] classes   # class slots
     cdef vector[int] class_pool         # unused class slots
-    cdef size_t used_bytes              # sum of used piece sizes
+    cdef readonly size_t used_bytes     # sum of used piece sizes
+    cdef size_t peak_used               # highest used_bytes so far
     cdef Py_ssize_t n_pieces            # pieces in the address list
     cdef Py_ssize_t n_free_pieces       # == free_index.size()
     cdef long long evictions            # victims evicted by allocate_or_evict

@@ -157,6 +157,8 @@ cdef class Arena:
         p = &self.pieces_[used]
         p.free = False
         self.used_bytes += size
+        if self.used_bytes > self.peak_used:
+            self.peak_used = self.used_bytes
         if slot >= 0:
             self._bind(used, slot)
         return <Py_ssize_t>p.offset
@@ -612,6 +614,7 @@ cdef class Arena:
         return {
             "capacity": self.capacity,
             "used_bytes": self.used_bytes,
+            "peak_used_bytes": self.peak_used,
             "free_bytes": self.capacity - self.used_bytes,
             "largest_free": self.largest_free(),
             "pieces": self.n_pieces,

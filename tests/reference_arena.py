@@ -68,6 +68,7 @@ class ReferenceArena:
         self._storages = {}  # sid -> _Storage
         self._classes = {}  # class id -> [set of member sids, cost]
         self._next_class = 0
+        self._peak_used = 0
         self._evictions = 0
         self._bytes_evicted = 0
         self._searches = 0
@@ -163,6 +164,7 @@ class ReferenceArena:
             piece[SIZE] -= size
             self._pieces.insert(i + 1, used)
         used[FREE] = False
+        self._peak_used = max(self._peak_used, self.capacity - self._free_bytes())
         if sid is not None:
             self._bind(used, sid)
         return used[OFFSET]
@@ -413,13 +415,15 @@ class ReferenceArena:
             evict(list(victims))
             still = []
             for v, nbytes_v in zip(victims, sizes):
-                if v in self._storages and self._piece_of(v) is not None:
-                    still.append(v)
-                else:
+                piece = self._piece_of(v) if v in self._storages else None
+                if piece is None:
                     self._evictions += 1
                     self._bytes_evicted += nbytes_v
+                elif self._candidate(piece):
+                    still.append(v)
+            # a victim the owner refused (made unevictable or pinned) is simply not chosen again
             if still:
-                raise RuntimeError(f"the evict callback left storages {still} resident")
+                raise RuntimeError(f"the evict callback left {still} resident and evictable")
             if sid is not None and sid not in self._storages:
                 raise ValueError(f"storage {sid} was removed during its own allocation")
 
@@ -428,6 +432,7 @@ class ReferenceArena:
         return {
             "capacity": self.capacity,
             "used_bytes": self.capacity - free,
+            "peak_used_bytes": self._peak_used,
             "free_bytes": free,
             "largest_free": self._largest_free(),
             "pieces": len(self._pieces),
@@ -436,7 +441,8 @@ class ReferenceArena:
             "bytes_evicted": self._bytes_evicted,
             "searches": self._searches,
             "search_time": self._search_time,
-            "fragmentation_rate": self._fragmentation_sum / self._searches if self._searches else 0.0,
+            "fragmentation_rate":
+                self._fragmentation_sum / self._searches if self._searches else 0.0,
             "failed_allocations": self._failed,
             "largest_free_ratio": self._largest_ratio_sum / self._failed if self._failed else 0.0,
         }

@@ -4,13 +4,13 @@ import math
 import random
 import re
 
+import numpy as np
 import pytest
 
 import coop
+import reference_arena
 from coop import CHEAP, EXPENSIVE, NO_STORAGE, OutOfMemoryError
 from reference_arena import ReferenceArena
-
-import reference_arena
 
 
 @pytest.fixture(params=[coop.Arena, ReferenceArena], ids=["core", "reference"])
@@ -56,7 +56,8 @@ def snapshot(arena, sids=()):
 
 def test_constants_agree():
     assert (EXPENSIVE, CHEAP, NO_STORAGE) == (0, 1, -1)
-    assert (reference_arena.EXPENSIVE, reference_arena.CHEAP, reference_arena.NO_STORAGE) == (0, 1, -1)
+    ref = reference_arena
+    assert (ref.EXPENSIVE, ref.CHEAP, ref.NO_STORAGE) == (0, 1, -1)
     assert tuple(coop.POLICIES) == reference_arena.POLICIES
 
 
@@ -78,6 +79,14 @@ def test_request_sizes_round_up_and_are_never_empty(Arena):
     assert [small.allocate(0), small.allocate(9), small.allocate(8)] == [0, 8, 24]
     assert small.pieces() == [(0, 8, False, -1), (8, 16, False, -1), (24, 8, False, -1),
                               (32, 64, True, -1)]
+
+
+def test_numpy_integers_are_integers(Arena):
+    arena = Arena(np.int64(512), np.int32(64))
+    arena.add_storage(np.int64(3), np.float32(2.0))
+    assert arena.allocate(np.uint16(100), CHEAP, np.int64(3)) == 384
+    arena.free(np.int64(384))
+    assert arena.pieces() == [(0, 512, True, -1)]
 
 
 def test_best_fit_takes_the_smallest_piece_that_fits(Arena):
@@ -258,15 +267,15 @@ def test_dte_counts_free_bytes_on_both_sides(Arena):
 
 def test_dtr_divides_by_bytes_and_staleness(Arena):
     arena = Arena(512)
-    storages(arena, [20, 1])
+    storages(arena, [4, 1])
     build(arena, [(128, 0), (64, 1), (320, None)])
     arena.touch(0, 0)
     arena.touch(1, 6)
-    # now 0: both staleness 1: 20/128 > 1/64
-    assert arena.choose_victims(64, "dtr", 0) == [1]
-    # now 200: 20/(128*200) < 1/(64*194)
-    assert arena.choose_victims(64, "dtr", 200) == [0]
-    # now 6.5: storage 1's staleness 0.5 is raised to 1: 20/(128*6.5) > 1/64
+    # score 0 = 4 / (128 s0), score 1 = 1 / (64 s1): storage 0 goes first iff s0 > 2 s1
+    assert arena.choose_victims(64, "dtr", 0) == [1]  # both staleness 1
+    assert arena.choose_victims(64, "dtr", 8) == [0]  # s0 = 8, s1 = 2
+    arena.touch(0, 5)
+    # s0 = 1.5; storage 1's staleness 0.5 is raised to 1 (unraised, storage 0 would go)
     assert arena.choose_victims(64, "dtr", 6.5) == [1]
 
 
@@ -351,7 +360,7 @@ def test_classes_never_split(Arena):
     arena.check()
 
 
-# ---- the coop window against brute force ----------------------------------------------------------
+# ---- the coop window against brute force --------------------------------------------------------
 
 def brute_force_window(arena, nbytes, now):
     """Cheapest window by itertools over all (start, end), each cost an exact math.fsum."""
@@ -426,11 +435,11 @@ def test_coop_window_ties_go_to_the_lowest_address(Arena):
     # windows {0,1} and {3,4} both cost 5
     assert arena.choose_victims(128, "coop", 0) == [0, 1]
     arena.touch(0, -1)  # staleness 2 -> h = 1: {0,1} now costs 4
-    arena.touch(4, -3)  # staleness 4 -> h = 0.5: {3,4} costs 3.5
+    arena.touch(4, -4)  # staleness 4 -> h = 0.5: {3,4} costs 3.5
     assert arena.choose_victims(128, "coop", 0) == [3, 4]
 
 
-def test_coop_window_prefers_fewer_pieces_on_equal_cost(Arena):
+def test_coop_window_ties_go_to_the_lowest_start_then_the_fewest_pieces(Arena):
     arena = Arena(512)
     storages(arena, [0, 4, 0])
     build(arena, [(64, 0), (128, 1), (64, 2), (256, None)])
@@ -442,7 +451,7 @@ def test_coop_window_prefers_fewer_pieces_on_equal_cost(Arena):
     assert arena.choose_victims(192, "coop", 0) == [0, 1]
 
 
-# ---- counters and errors ----------------------------------------------------------------------------
+# ---- counters and errors ------------------------------------------------------------------------
 
 def oom_layout(Arena):
     arena = Arena(640)
@@ -519,16 +528,94 @@ def test_evict_callback_that_frees_part_of_the_window(Arena):
     arena = Arena(256)
     storages(arena, [1, 1, 1, 1])
     build(arena, [(64, sid) for sid in range(4)])
+
+    def evict_first(victims):
+        arena.free(arena.storage_info(victims[0])["offset"])
+
     with pytest.raises(RuntimeError):
-        arena.allocate_or_evict(128, EXPENSIVE, "coop", 0,
-                                lambda victims: arena.free(arena.storage_info(victims[0])["offset"]))
+        arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evict_first)
     arena.check()
     assert arena.pieces() == [(0, 64, True, -1), (64, 64, False, 1), (128, 64, False, 2),
                               (192, 64, False, 3)]
     assert not arena.storage_info(0)["resident"]
     assert arena.storage_info(1)["resident"]
+    assert (arena.stats()["evictions"], arena.stats()["bytes_evicted"]) == (1, 64)
     assert arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evictor(arena)) == 0
     arena.check()
+
+
+@pytest.mark.parametrize("refuse", ["pin", "unevictable"])
+def test_evict_callback_may_refuse_a_victim(Arena, refuse):
+    arena = Arena(256)
+    storages(arena, [1, 2, 3, 4])
+    build(arena, [(64, sid) for sid in range(4)])
+    log = []
+
+    def evict(victims):
+        log.append(list(victims))
+        for sid in victims:
+            if sid == 0:
+                arena.pin(0) if refuse == "pin" else arena.set_evictable(0, False)
+            else:
+                arena.free(arena.storage_info(sid)["offset"])
+
+    assert arena.allocate_or_evict(64, EXPENSIVE, "dtr", 0, evict) == 64
+    assert log == [[0], [1]]
+    stats = arena.stats()
+    assert (stats["evictions"], stats["bytes_evicted"], stats["searches"]) == (1, 64, 2)
+    assert arena.storage_info(0)["resident"]
+    arena.check()
+
+
+def test_evict_callback_may_refuse_part_of_a_window(Arena):
+    arena = Arena(256)
+    storages(arena, [1, 2, 3, 4])
+    build(arena, [(64, sid) for sid in range(4)])
+    log = []
+
+    def evict(victims):
+        log.append(list(victims))
+        for sid in victims:
+            if sid == 0:
+                arena.pin(0)
+            else:
+                arena.free(arena.storage_info(sid)["offset"])
+
+    assert arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evict) == 64
+    # [0, 1] costs 3; with 0 pinned, [free, 2] costs 3 and [2, 3] costs 7
+    assert log == [[0, 1], [2]]
+    assert arena.stats()["evictions"] == 2
+    assert arena.pieces() == [(0, 64, False, 0), (64, 128, False, -1), (192, 64, False, 3)]
+    arena.check()
+
+
+def test_an_exception_from_the_evict_callback_propagates(Arena):
+    arena = Arena(128)
+    storages(arena, [1, 1])
+    build(arena, [(64, 0), (64, 1)])
+    before = arena.pieces()
+
+    def evict(victims):
+        raise KeyError(victims[0])
+
+    with pytest.raises(KeyError):
+        arena.allocate_or_evict(64, EXPENSIVE, "lru", 0, evict)
+    arena.check()
+    assert arena.pieces() == before
+    stats = arena.stats()
+    assert (stats["evictions"], stats["bytes_evicted"], stats["searches"]) == (0, 0, 1)
+    assert stats["failed_allocations"] == 0
+
+
+def test_peak_used_bytes(Arena):
+    arena = Arena(512)
+    assert arena.stats()["peak_used_bytes"] == 0
+    first = arena.allocate(128)
+    arena.allocate(256)
+    arena.free(first)
+    arena.allocate(64)
+    stats = arena.stats()
+    assert (stats["used_bytes"], stats["peak_used_bytes"]) == (320, 384)
 
 
 def test_evict_callback_may_reenter_the_arena(Arena):
@@ -613,7 +700,7 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize("method, args, error", BAD_CALLS,
-                         ids=[f"{m}{args}" for m, args, _ in BAD_CALLS])
+                         ids=[f"{i}-{m}" for i, (m, _, _) in enumerate(BAD_CALLS)])
 def test_refused_calls_change_nothing(Arena, method, args, error):
     arena = Arena(512)
     arena.add_storage(1, 3.0)
@@ -628,3 +715,22 @@ def test_refused_calls_change_nothing(Arena, method, args, error):
         getattr(arena, method)(*args)
     arena.check()
     assert snapshot(arena, (1, 2, 5)) == before
+
+
+@pytest.mark.parametrize("corrupt", [
+    lambda ref: ref._pieces[0].__setitem__(1, 128),  # gap/overlap
+    lambda ref: ref._pieces[2].__setitem__(3, True),  # two adjacent free pieces
+    lambda ref: ref._pieces[0].__setitem__(2, 99),  # unknown storage
+    lambda ref: ref._classes[ref._storages[1].cls].__setitem__(1, 5.0),  # class cost
+    lambda ref: ref._storages[0].neighbors.discard(1),  # asymmetric neighbours
+])
+def test_reference_check_detects_corruption(corrupt):
+    ref = ReferenceArena(512)
+    ref.add_storage(0, 1.0)
+    ref.add_storage(1, 2.0, (0,))
+    build(ref, [(64, 0), (64, 1), (64, None)])
+    ref.free(64)
+    ref.check()
+    corrupt(ref)
+    with pytest.raises(AssertionError):
+        ref.check()

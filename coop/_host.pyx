@@ -1,0 +1,300 @@
+# distutils: language = c++
+"""NumPy's data allocations served from a coop arena: a NEP 49 memory handler.
+
+``HostBackend`` owns one host buffer of ``capacity`` bytes and the ``coop.Arena`` that cuts it
+into pieces; while it is installed, every NumPy array *data* allocation of the current context
+(0-d arrays and ``np.empty(0)`` included) takes a piece of that buffer, and evicts through the
+runtime's callback when none fits.
+
+Where the handler applies (NumPy keeps it in a contextvar):
+- ``install()`` / ``with backend:`` set it for the current thread's current context only. A thread
+  started inside the block starts with NumPy's default handler (so does a fresh
+  ``contextvars.Context()``; copies of the current one inherit the handler). Install the backend
+  in each thread that should use it.
+- Each array remembers the handler that allocated it, so an array made before ``install()`` is
+  freed by NumPy's default handler, and an arena array that outlives ``uninstall()`` (or moves to
+  another thread) is still freed into the arena. Its capsule keeps the backend alive until then.
+- Out of memory: NumPy replaces the handler's error with its own ``MemoryError`` ("Unable to
+  allocate ..."), so the handler keeps the real reason in ``last_error``, and leaving a ``with``
+  block re-raises it (``coop.OutOfMemoryError``, whose message names the budget) from NumPy's.
+
+The GIL is the lock: every handler function takes it (NumPy calls them holding it anyway), and
+the arena calls no Python code while its structures are inconsistent.
+"""
+from cpython.pycapsule cimport PyCapsule_GetContext, PyCapsule_GetPointer, PyCapsule_New
+from cpython.pycapsule cimport PyCapsule_SetContext
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from cython.operator cimport dereference as deref
+from libc.stdint cimport uint8_t, uintptr_t
+from libc.stdlib cimport free as libc_free
+from libc.string cimport memcpy, memset, strncpy
+from libcpp.unordered_map cimport unordered_map
+
+cimport numpy as cnp
+
+from coop._core cimport Arena
+
+import contextvars
+import warnings
+
+import numpy
+
+from coop._core import EXPENSIVE, POLICIES
+
+cnp.import_array()
+
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void** memptr, size_t alignment, size_t size)
+
+cdef extern from "numpy/ndarraytypes.h":
+    ctypedef struct PyDataMemAllocator:
+        void* ctx
+        void* (*malloc)(void* ctx, size_t size) noexcept nogil
+        void* (*calloc)(void* ctx, size_t nelem, size_t elsize) noexcept nogil
+        void* (*realloc)(void* ctx, void* ptr, size_t new_size) noexcept nogil
+        void (*free)(void* ctx, void* ptr, size_t size) noexcept nogil
+
+    ctypedef struct PyDataMem_Handler:
+        char name[127]
+        uint8_t version
+        PyDataMemAllocator allocator
+
+NAME = "coop_host"
+cdef const char* CAPSULE_NAME = "mem_handler"   # NumPy accepts only capsules of this name
+
+
+def _nothing(victims):
+    """The eviction callback when none is set: no storages are registered, so it is never called."""
+
+
+cdef void _release_backend(object capsule) noexcept:
+    """Capsule destructor: drop the reference that kept the handler's backend alive."""
+    cdef void* backend = PyCapsule_GetContext(capsule)
+    if backend != NULL:
+        Py_DECREF(<object>backend)
+
+
+cdef class HostBackend:
+    """A host buffer, its arena, and the NumPy memory handler that allocates from them."""
+
+    cdef readonly Arena arena          # pieces of buf; the handler's frees come back here
+    cdef char* buf                     # capacity bytes aligned to the alignment; NULL once freed
+    cdef PyDataMem_Handler handler     # ctx is self; every capsule of it holds a reference to self
+    cdef public int cls                # class of the allocations made now (EXPENSIVE / CHEAP)
+    cdef public double now             # logical clock passed to the core
+    cdef public object evict           # None, or evict(list of storage ids) that frees their pieces
+    cdef public object last_error      # why the handler last returned NULL (NumPy drops it); or None
+    cdef public str policy             # eviction policy name, one of coop.POLICIES (the runtime maps its own)
+    cdef object saved                  # ContextVar: handlers that install() replaced, innermost last
+    cdef long long n_malloc, n_calloc, n_realloc, n_free   # handler calls, for tests and profiles
+    cdef long long n_slow              # allocations that went through allocate_or_evict
+    cdef long long n_foreign           # frees/reallocs of memory outside the buffer (ignored)
+
+    def __cinit__(self, nbytes, policy="coop", alignment=64):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        self.arena = Arena(nbytes, alignment)
+        cdef void* mem = NULL
+        cdef size_t align = max(self.arena.alignment, sizeof(void*))
+        if posix_memalign(&mem, align, self.arena.capacity) != 0:
+            raise MemoryError(f"coop: cannot reserve the {self.arena.capacity}-byte host arena")
+        self.buf = <char*>mem
+        self.policy = policy
+        self.cls = EXPENSIVE
+        self.now = 0.0
+        strncpy(self.handler.name, NAME.encode(), 126)
+        self.handler.version = 1
+        self.handler.allocator.ctx = <void*>self
+        self.handler.allocator.malloc = _malloc
+        self.handler.allocator.calloc = _calloc
+        self.handler.allocator.realloc = _realloc
+        self.handler.allocator.free = _free
+        self.saved = contextvars.ContextVar(f"coop_host_saved_{id(self):x}", default=())
+
+    def __dealloc__(self):
+        if self.buf == NULL:
+            return
+        if self.arena is not None and self.arena.used_bytes:
+            # pieces still handed out: something may still read them, so leak rather than crash
+            warnings.warn(f"coop: host arena freed with {self.arena.used_bytes} bytes in use; "
+                          "leaking its buffer", ResourceWarning)
+            return
+        libc_free(self.buf)
+        self.buf = NULL
+
+    # ---- protocol -----------------------------------------------------------------------------
+
+    @property
+    def xp(self):
+        return numpy
+
+    @property
+    def alignment(self):
+        return self.arena.alignment
+
+    @property
+    def name(self):
+        return NAME
+
+    @property
+    def base(self):
+        """Address of the buffer's first byte (arena offset 0)."""
+        return <uintptr_t>self.buf
+
+    def offset_of(self, array):
+        """Arena offset of the piece holding the array's memory (also for views), else None."""
+        owner = array
+        while isinstance(owner, cnp.ndarray) and owner.base is not None:
+            owner = owner.base
+        if not isinstance(owner, cnp.ndarray):
+            return None
+        cdef int idx = self._piece_at(cnp.PyArray_DATA(<cnp.ndarray>owner))
+        return self.arena.pieces_[idx].offset if idx >= 0 else None
+
+    def calls(self):
+        """Counts of the handler's calls since construction."""
+        return {"malloc": self.n_malloc, "calloc": self.n_calloc, "realloc": self.n_realloc,
+                "free": self.n_free, "slow": self.n_slow, "foreign": self.n_foreign}
+
+    # ---- installing ---------------------------------------------------------------------------
+
+    def install(self):
+        """Make this backend NumPy's memory handler in the current context (nests)."""
+        capsule = PyCapsule_New(<void*>&self.handler, CAPSULE_NAME, _release_backend)
+        PyCapsule_SetContext(capsule, <void*>self)
+        Py_INCREF(self)   # released by the capsule's destructor, after the last array using it
+        previous = cnp.PyDataMem_SetHandler(capsule)
+        self.saved.set(self.saved.get() + (previous,))
+
+    def uninstall(self):
+        """Restore the handler that the matching install() replaced, in this context."""
+        stack = self.saved.get()
+        current = cnp.PyDataMem_GetHandler()
+        if not stack or PyCapsule_GetPointer(current, CAPSULE_NAME) != <void*>&self.handler:
+            raise RuntimeError(
+                "coop: this host backend is not NumPy's current memory handler in this thread; "
+                "uninstall in the reverse order of install, in the thread that installed it")
+        cdef Py_ssize_t depth = len(stack)
+        cnp.PyDataMem_SetHandler(stack[depth - 1])
+        self.saved.set(stack[:depth - 1])
+
+    def __enter__(self):
+        self.last_error = None
+        self.install()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.uninstall()
+        error, self.last_error = self.last_error, None
+        if error is not None and isinstance(exc, MemoryError) and exc is not error:
+            # NumPy replaced the handler's error with its own; show the real reason
+            raise error from exc
+        return False
+
+    def __repr__(self):
+        return (f"<coop.HostBackend capacity={self.arena.capacity} "
+                f"used={self.arena.used_bytes} policy={self.policy!r}>")
+
+    # ---- allocation (GIL held) ----------------------------------------------------------------
+
+    cdef int _piece_at(self, const void* ptr) noexcept:
+        """Index of the used piece starting at ptr, or -1 (outside the buffer, unknown, free).
+
+        Reads the arena's offset index and piece slots (declared in _core.pxd) directly: realloc
+        needs the old piece's size, which NumPy does not pass.
+        """
+        cdef uintptr_t addr = <uintptr_t>ptr, start = <uintptr_t>self.buf
+        if self.buf == NULL or addr < start or addr >= start + self.arena.capacity:
+            return -1
+        cdef unordered_map[size_t, int].iterator it = self.arena.by_offset.find(addr - start)
+        if it == self.arena.by_offset.end() or self.arena.pieces_[deref(it).second].free:
+            return -1
+        return deref(it).second
+
+    cdef char* _allocate(self, size_t nbytes) noexcept:
+        """Best fit without Python calls; else the eviction loop. NULL (and last_error) on failure."""
+        cdef Py_ssize_t offset = -1
+        if nbytes <= self.arena.capacity:
+            offset = self.arena.c_allocate(self.arena.request_size(nbytes), self.cls, -1)
+        if offset < 0:
+            offset = self._allocate_slow(nbytes)
+            if offset < 0:
+                return NULL
+        return self.buf + offset
+
+    cdef Py_ssize_t _allocate_slow(self, size_t nbytes) noexcept:
+        self.n_slow += 1
+        try:
+            return self.arena.allocate_or_evict(
+                nbytes, self.cls, self.policy, self.now,
+                self.evict if self.evict is not None else _nothing)
+        except BaseException as error:   # nothing may propagate into NumPy's C code
+            self.last_error = error
+            return -1
+
+
+cdef void* _malloc(void* ctx, size_t nbytes) noexcept with gil:
+    cdef HostBackend backend = <HostBackend>ctx
+    backend.n_malloc += 1
+    return backend._allocate(nbytes)
+
+
+cdef void* _calloc(void* ctx, size_t nelem, size_t elsize) noexcept with gil:
+    cdef HostBackend backend = <HostBackend>ctx
+    backend.n_calloc += 1
+    if elsize and nelem > (<size_t>-1) // elsize:
+        backend.last_error = MemoryError(f"coop: calloc of {nelem} x {elsize} bytes overflows")
+        return NULL
+    cdef char* ptr = backend._allocate(nelem * elsize)
+    if ptr != NULL:
+        memset(ptr, 0, nelem * elsize)
+    return ptr
+
+
+cdef void* _realloc(void* ctx, void* ptr, size_t nbytes) noexcept with gil:
+    cdef HostBackend backend = <HostBackend>ctx
+    backend.n_realloc += 1
+    if ptr == NULL:
+        return backend._allocate(nbytes)
+    cdef int idx = backend._piece_at(ptr)
+    if idx < 0:
+        backend.n_foreign += 1
+        backend.last_error = ValueError(
+            f"coop: realloc of {<uintptr_t>ptr:#x}, which this arena did not allocate")
+        return NULL
+    if backend.arena.pieces_[idx].storage >= 0:
+        # moving it would evict the storage under the runtime's feet
+        backend.last_error = ValueError(
+            "coop: cannot resize an array whose memory the runtime tracks; copy it instead")
+        return NULL
+    cdef size_t old_size = backend.arena.pieces_[idx].size
+    cdef size_t old_offset = backend.arena.pieces_[idx].offset
+    cdef Py_ssize_t offset
+    cdef char* moved
+    if nbytes <= old_size:
+        if backend.arena.request_size(nbytes) == old_size:
+            return ptr
+        # shrink: move if a smaller piece is free now, else keep the larger one
+        offset = backend.arena.c_allocate(backend.arena.request_size(nbytes), backend.cls, -1)
+        if offset < 0:
+            return ptr
+        moved = backend.buf + offset
+    else:
+        moved = backend._allocate(nbytes)
+        if moved == NULL:
+            return NULL
+    memcpy(moved, ptr, min(old_size, nbytes))
+    backend.arena.c_free(old_offset)
+    return moved
+
+
+cdef void _free(void* ctx, void* ptr, size_t size) noexcept with gil:
+    cdef HostBackend backend = <HostBackend>ctx
+    backend.n_free += 1
+    if ptr == NULL:
+        return
+    if backend._piece_at(ptr) < 0:
+        # NumPy sends each array's frees to the handler that allocated it; never expected
+        backend.n_foreign += 1
+        return
+    backend.arena.c_free(<uintptr_t>ptr - <uintptr_t>backend.buf)

@@ -1,0 +1,96 @@
+"""Kernels: a callable over NumPy or CuPy arrays, with what the runtime needs to know about it.
+
+A kernel is written once against the array module it is given (``xp``); the runtime decides
+where its outputs live, times it (or models its cost), and may call it again to recompute.
+"""
+import inspect
+from dataclasses import dataclass
+
+from coop._core import CHEAP, EXPENSIVE
+
+#: ops whose outputs are expensive per byte (the paper's table): placed at the low end
+EXPENSIVE_OPS = frozenset({
+    "matmul", "batch_matmul", "bmm", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
+    "add_n",
+})
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Peak compute and bandwidth of a named device, for the roofline cost model."""
+
+    name: str
+    flops_per_s: float      # fp32 peak
+    bytes_per_s: float      # memory bandwidth
+    launch_ns: float = 0.0  # fixed cost per kernel
+
+    def cost_ns(self, flops, nbytes):
+        """Roofline time of a kernel doing `flops` and moving `nbytes`, in nanoseconds."""
+        return self.launch_ns + 1e9 * max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+
+
+DEVICES = {
+    # NVIDIA data sheets: fp32 (non-tensor-core) peak and HBM bandwidth
+    "a100-80gb": DeviceSpec("a100-80gb", 19.5e12, 2.039e12, 0.0),
+    "h200": DeviceSpec("h200", 67e12, 4.8e12, 0.0),
+    # a rough 2-core host, for examples that model rather than time
+    "cpu": DeviceSpec("cpu", 100e9, 20e9, 0.0),
+}
+
+
+class Kernel:
+    """A named callable with its class, randomness, in-place target and cost/shape rules.
+
+    fn(*arrays, **attrs) returns an array or a tuple of arrays. With ``random=True`` it also
+    receives ``rng=`` (a Generator of the array module) whose seed the runtime records, so a
+    recompute draws the same numbers. With ``inplace=i`` it mutates its i-th input and returns
+    nothing (or that input). ``views=i`` declares that its (first) output is a view of input i,
+    for the simulation backend (on arrays, views are detected). ``flops(*specs, **attrs)`` and ``shape(*specs, **attrs)`` take
+    ``(shape, dtype)`` pairs: the cost model and the simulation backend use them.
+    """
+
+    __slots__ = ("fn", "name", "cls", "random", "inplace", "views", "flops", "shape", "wants_xp")
+
+    def __init__(self, fn, name=None, cls=None, random=False, inplace=None, views=None,
+                 flops=None, shape=None):
+        if not callable(fn):
+            raise TypeError(f"a kernel must be callable, got {fn!r}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        if cls is None:
+            cls = EXPENSIVE if self.name in EXPENSIVE_OPS else CHEAP
+        if cls not in (EXPENSIVE, CHEAP):
+            raise ValueError(f"kernel class must be coop.EXPENSIVE or coop.CHEAP, got {cls!r}")
+        self.cls = cls
+        self.random = bool(random)
+        if inplace is not None and (isinstance(inplace, bool) or not isinstance(inplace, int)):
+            raise TypeError(f"inplace must be the index of the mutated input, got {inplace!r}")
+        self.inplace = inplace
+        self.views = views
+        self.flops = flops
+        self.shape = shape
+        try:
+            self.wants_xp = "xp" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            self.wants_xp = False
+
+    def __call__(self, *inputs, **attrs):
+        from coop.runtime import apply
+        return apply(self, *inputs, **attrs)
+
+    def __repr__(self):
+        return f"<coop.Kernel {self.name}>"
+
+
+def kernel(fn=None, **options):
+    """Decorator form: ``@coop.kernel`` or ``@coop.kernel(name=..., cls=..., random=True)``.
+
+    The decorated function, called on coop Tensors, runs through ``coop.apply``.
+    """
+    if fn is None:
+        return lambda f: Kernel(f, **options)
+    return Kernel(fn, **options)
+
+
+def as_kernel(fn):
+    return fn if isinstance(fn, Kernel) else Kernel(fn)

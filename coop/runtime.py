@@ -1,0 +1,605 @@
+"""The rematerialization runtime: runs kernels on coop Tensors, records the tape, evicts and
+recomputes.
+
+One Runtime drives one backend (host, device or simulation; see docs/backends.md). The arena
+core decides *what* to evict; this module decides what evicting and recomputing *mean*:
+dropping a storage's array, and running its producer Op again (iteratively, pinning what it
+needs, evicting temporaries right after their one use).
+"""
+import sys
+import time
+import weakref
+
+import numpy
+
+from coop._core import CHEAP, EXPENSIVE
+from coop.kernel import DEVICES, DeviceSpec, as_kernel
+from coop.tensor import Op, Storage, Tensor, View
+
+#: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place)
+POLICY_TABLE = {
+    "coop": ("coop", True, True),
+    "dtr": ("dtr", False, True),
+    "dte": ("dte", False, True),
+    "lru": ("lru", False, True),
+    "size": ("size", False, True),
+    "none": ("none", False, True),
+    "coop-no-partition": ("coop", False, True),
+    "coop-no-inplace": ("coop", True, False),
+    "coop-loop": ("dtr", True, True),
+}
+
+_current = []
+
+
+def get_runtime():
+    """The innermost runtime entered with ``with runtime:``."""
+    if not _current:
+        raise RuntimeError("no coop runtime is active: create one, e.g. "
+                           "`with coop.Runtime(coop.numpy_allocator('1GiB')):`")
+    return _current[-1]
+
+
+def apply(kernel, *inputs, **attrs):
+    """Run kernel on coop Tensors (see Runtime.apply); the runtime is the inputs' own."""
+    for t in inputs:
+        if isinstance(t, Tensor):
+            return t.runtime.apply(kernel, *inputs, **attrs)
+    return get_runtime().apply(kernel, *inputs, **attrs)
+
+
+class Runtime:
+    """The tape and its execution under one backend's budget.
+
+    cost: None times host kernels (ns); a DeviceSpec or a name in coop.kernel.DEVICES models
+    every op by its FLOPs and bytes (the simulation and device backends default to a model).
+    classifier: "type" (the kernel's class, from the table of expensive ops) or "density"
+    (EXPENSIVE when cost per output byte >= density_threshold ns/B).
+    """
+
+    def __init__(self, backend, policy=None, cost=None, classifier="type",
+                 density_threshold=1.0, seed=0):
+        policy = policy or backend.policy
+        if policy not in POLICY_TABLE:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_TABLE)}")
+        if classifier not in ("type", "density"):
+            raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
+        self.backend = backend
+        self.arena = backend.arena
+        self.xp = backend.xp
+        self.policy = policy
+        core_policy, self.partition, self.inplace = POLICY_TABLE[policy]
+        backend.policy = core_policy
+        backend.evict = self._evict
+        if cost is None and backend.xp is not numpy:
+            cost = "a100-80gb"
+        if isinstance(cost, str):
+            if cost not in DEVICES:
+                raise ValueError(f"unknown device {cost!r} for the cost model; known: {', '.join(DEVICES)}")
+            cost = DEVICES[cost]
+        if cost is not None and not isinstance(cost, DeviceSpec):
+            raise TypeError(f"cost must be None, a device name or a DeviceSpec, got {cost!r}")
+        self.cost_model = cost
+        self.classifier = classifier
+        self.density_threshold = density_threshold
+        self.seed = seed
+        self.clock = 0.0
+        self.trace = None
+        self._next_sid = 0
+        self._random_ops = 0
+        self._storages = weakref.WeakValueDictionary()   # sid -> Storage
+        self._pins = {}                                    # sid -> pins held by the runtime
+        self.counters = dict(ops=0, recomputes=0, cost_first=0.0, cost_total=0.0,
+                             eager_evictions=0, releases=0, held=0)
+
+    # ---- entering ---------------------------------------------------------------------------
+
+    def __enter__(self):
+        _current.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _current.remove(self)
+
+    def record(self, path):
+        """Record the program from now on into a trace file (a context manager)."""
+        return _Recording(self, path)
+
+    def mark_start(self):
+        """Mark where the measured region of a recorded trace starts."""
+        if self.trace is not None:
+            self.trace.start()
+
+    # ---- creating tensors -------------------------------------------------------------------
+
+    def tensor(self, data, dtype=None):
+        """A constant (never evicted) holding a copy of data, in the arena."""
+        if self.xp is None:
+            shape, dtype = data if _is_spec(data) else (numpy.shape(data), dtype or numpy.float32)
+            storage = self._new_storage(None, 0)
+            storage.nbytes = _nbytes((shape, dtype))
+            view = View(storage, shape, dtype, None, 0)
+            self.arena.add_storage(storage.sid, 0.0, (), evictable=False)
+            self._sim_place(storage, EXPENSIVE)
+        else:
+            with self.backend:
+                self.backend.cls = EXPENSIVE
+                array = self.xp.array(data, dtype=dtype, copy=True)
+            storage = self._new_storage(None, 0)
+            view = self._adopt_new(storage, array, self._root(array))
+            self.arena.add_storage(storage.sid, 0.0, (), evictable=False)
+            self.arena.bind(self.backend.offset_of(storage.array), storage.sid)
+        self.arena.set_evictable(storage.sid, False)
+        if self.trace is not None:
+            self.trace.constant(storage)
+        return Tensor(view)
+
+    # ---- apply --------------------------------------------------------------------------------
+
+    def apply(self, kernel, *inputs, **attrs):
+        """Run kernel on Tensors: pin and rematerialize the inputs, run, record the Op.
+
+        Returns a Tensor, or a tuple of Tensors when the kernel returns a tuple.
+        """
+        kernel = as_kernel(kernel)
+        views = []
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"input {i} of kernel {kernel.name!r} is a {type(t).__name__}, "
+                                "not a coop.Tensor; wrap constants with runtime.tensor(...)")
+            if t.runtime is not self:
+                raise ValueError(f"input {i} of kernel {kernel.name!r} belongs to another runtime")
+            views.append(t._view)
+        seed = None
+        if kernel.random:
+            seed = int(numpy.random.SeedSequence([self.seed, self._random_ops]).generate_state(1)[0])
+            self._random_ops += 1
+        op = Op(kernel, views, attrs, kernel.cls, seed)
+        storages = _unique(v.storage for v in views)
+        self._pin(storages)
+        try:
+            self._make_resident(storages)
+            if kernel.inplace is not None:
+                return self._apply_inplace(op, storages)
+            if self.xp is None:
+                return self._sim_first(op)
+            outs, elapsed = self._execute(op, recompute=False)
+            result = self._adopt_first(op, outs, elapsed)
+        finally:
+            self._unpin(storages)
+        return result
+
+    def _execute(self, op, recompute):
+        """Run op's kernel on its (resident, pinned) inputs; return (outputs, elapsed ns)."""
+        kernel = op.kernel
+        backend = self.backend
+        arrays = [self._array(v) for v in op.inputs]
+        attrs = op.attrs
+        if kernel.wants_xp:
+            attrs = dict(attrs, xp=self.xp)
+        if op.seed is not None:
+            attrs = dict(attrs, rng=self.xp.random.default_rng(op.seed))
+        backend.cls = op.cls if self.partition else EXPENSIVE
+        try:
+            with backend:
+                fresh = None
+                if recompute and kernel.inplace is not None:
+                    # recompute of an in-place op: copy the old value (its input), mutate the copy
+                    i = kernel.inplace
+                    fresh = self.xp.array(op.inputs[i].storage.array, copy=True)
+                    arrays[i] = _build(self.xp, fresh, op.inputs[i])
+                start = time.perf_counter_ns()
+                out = kernel.fn(*arrays, **attrs)
+                elapsed = time.perf_counter_ns() - start
+                if kernel.inplace is not None:
+                    out = fresh if fresh is not None else arrays[kernel.inplace]
+        finally:
+            backend.cls = EXPENSIVE
+        del arrays, fresh
+        outs = out if isinstance(out, tuple) else (out,)
+        for k, o in enumerate(outs):
+            if not isinstance(o, self.xp.ndarray):
+                raise TypeError(f"kernel {kernel.name!r} returned {type(o).__name__} as output {k}; "
+                                f"kernels must return {self.xp.__name__} arrays (or a tuple of them)")
+        return outs, elapsed
+
+    def _cost(self, op, elapsed, out_views):
+        if self.cost_model is None:
+            return float(elapsed)
+        specs = [v.spec for v in op.inputs]
+        flops = op.kernel.flops(*specs, **op.attrs) if op.kernel.flops else 0.0
+        nbytes = sum(_nbytes(v.spec) for v in op.inputs) + sum(_nbytes(v.spec) for v in out_views)
+        return self.cost_model.cost_ns(flops, nbytes)
+
+    def _adopt_first(self, op, outs, elapsed):
+        """Map a first run's outputs to views: aliases of inputs, or new storages."""
+        by_offset = {self.backend.offset_of(v.storage.array): v.storage for v in op.inputs}
+        new = {}
+        views = []
+        for o in outs:
+            root = self._root(o)
+            offset = self.backend.offset_of(root)
+            if offset is None:   # memory from outside the arena: copy it in
+                with self.backend:
+                    o = self.xp.array(o, copy=True)
+                root = self._root(o)
+                offset = self.backend.offset_of(root)
+            if offset in by_offset:
+                storage = by_offset[offset]
+                views.append(_view_of(storage, o, storage.array))
+                op.outputs.append(None)
+                continue
+            if offset not in new:
+                storage = self._new_storage(op, len(op.outputs))
+                new[offset] = storage
+                views.append(self._adopt_new(storage, o, root))
+            else:
+                storage = new[offset]
+                views.append(_view_of(storage, o, storage.array))
+            op.outputs.append((weakref.ref(storage), views[-1]))
+        del outs, o, root
+        op.cost = self._cost(op, elapsed, views)
+        if self.classifier == "density":
+            out_bytes = sum(s.nbytes for s in new.values()) or 1
+            op.cls = EXPENSIVE if op.cost / out_bytes >= self.density_threshold else CHEAP
+        neighbours = [v.storage.sid for v in op.inputs]
+        for offset, storage in new.items():
+            self.arena.add_storage(storage.sid, op.cost, neighbours)
+            self.arena.bind(offset, storage.sid)
+        for v in op.inputs:
+            v.storage.consumers.add(op)
+        self._account(op, recompute=False)
+        if self.trace is not None:
+            self.trace.call(op, views)
+        tensors = tuple(Tensor(v) for v in views)
+        return tensors if len(tensors) > 1 else tensors[0]
+
+    def _recompute(self, op):
+        """Run op again and give its recomputed outputs back to their (evicted) storages."""
+        if self.xp is None:
+            for entry in op.outputs:
+                storage = entry[0]() if entry is not None else None
+                if storage is not None and storage.array is None:
+                    self._sim_place(storage, op.cls)
+            self.counters["recomputes"] += 1
+            self._account(op, recompute=True)
+            return
+        outs, elapsed = self._execute(op, recompute=True)
+        for o, entry in zip(outs, op.outputs):
+            if entry is None:
+                continue
+            storage = entry[0]()
+            if storage is None or storage.array is not None:
+                continue
+            root = self._root(o)
+            view = _view_of(storage, o, _flat(root))
+            if view.shape != entry[1].shape or view.dtype != entry[1].dtype:
+                raise RuntimeError(f"kernel {op.kernel.name!r} returned {view.shape} {view.dtype} on "
+                                   f"recompute, {entry[1].shape} {entry[1].dtype} the first time")
+            storage.array = _flat(root)
+            self.arena.bind(self.backend.offset_of(root), storage.sid)
+        del outs
+        self.counters["recomputes"] += 1
+        self._account(op, recompute=True)
+
+    def _account(self, op, recompute):
+        self.counters["cost_total"] += op.cost
+        if not recompute:
+            self.counters["ops"] += 1
+            self.counters["cost_first"] += op.cost
+        self.clock += op.cost
+        self.backend.now = self.clock
+        for v in op.inputs:
+            if v.storage.array is not None:
+                self.arena.touch(v.storage.sid, self.clock)
+        for entry in op.outputs:
+            storage = entry[0]() if entry is not None else None
+            if storage is not None and storage.array is not None:
+                self.arena.touch(storage.sid, self.clock)
+
+    # ---- in-place ---------------------------------------------------------------------------
+
+    def _apply_inplace(self, op, storages):
+        """Recomputable in-place: the old value becomes a new storage V with the old producer;
+        recorded readers of the mutated storage S are redirected to V; op becomes S's producer."""
+        i = op.kernel.inplace
+        target = op.inputs[i]
+        s = target.storage
+        info = self.arena.storage_info(s.sid)
+        readers = [c for c in s.consumers if any(e is not None and e[0]() is not None for e in c.outputs)]
+        v = None
+        if s.op is not None or readers:
+            v = self._new_storage(s.op, s.index)
+            v.nbytes = s.nbytes
+            if s.op is not None:
+                s.op.outputs[s.index] = (weakref.ref(v), s.op.outputs[s.index][1])
+            for c in list(s.consumers):
+                c.inputs = [u.on(v) if u.storage is s else u for u in c.inputs]
+                v.consumers.add(c)
+            s.consumers = weakref.WeakSet()
+            old_inputs = [u.storage.sid for u in s.op.inputs] if s.op is not None else []
+            self.arena.add_storage(v.sid, info["cost"], old_inputs, evictable=s.op is not None)
+            if s.op is None or not self.inplace:
+                # nothing can recompute the old value (or the ablation copies): keep a copy
+                self._copy_into(v, s, op.cls)
+            op.inputs = [u.on(v) if u.storage is s else u for u in op.inputs]
+        elapsed = 0
+        if self.xp is not None:
+            outs, elapsed = self._execute(op, recompute=False)
+            del outs
+        op.cost = self._cost(op, elapsed, [op.inputs[i].on(s)])
+        op.outputs.append((weakref.ref(s), View(s, (s.nbytes,), numpy.uint8, (1,), 0)))
+        if s.op is not None:
+            # re-register S with its new producer's neighbours (keeping pins and flags)
+            offset = info["offset"]
+            self.arena.remove_storage(s.sid)
+            self.arena.add_storage(s.sid, op.cost if s.op is not None else 0.0,
+                                   [u.storage.sid for u in op.inputs if u.storage is not s],
+                                   evictable=info["evictable"])
+            self.arena.bind(offset, s.sid)
+            for _ in range(info["pins"]):
+                self.arena.pin(s.sid)
+        if s.op is not None:
+            s.op, s.index = op, 0
+        for u in op.inputs:
+            u.storage.consumers.add(op)
+        self._account(op, recompute=False)
+        if self.trace is not None:
+            self.trace.mutate(op, i)
+        return Tensor(target)
+
+    def _copy_into(self, dst, src, cls):
+        """Give dst a resident copy of src's bytes (an arena allocation of class cls)."""
+        if self.xp is None:
+            dst.nbytes = src.nbytes
+            self._sim_place(dst, cls)
+        else:
+            with self.backend:
+                self.backend.cls = cls if self.partition else EXPENSIVE
+                dst.array = _flat(self.xp.array(src.array, copy=True))
+                self.backend.cls = EXPENSIVE
+            self.arena.bind(self.backend.offset_of(dst.array), dst.sid)
+        self.arena.touch(dst.sid, self.clock)
+
+    # ---- simulation (sizes and costs only) ----------------------------------------------------
+
+    def _sim_first(self, op):
+        kernel = op.kernel
+        if kernel.shape is None:
+            raise TypeError(f"kernel {kernel.name!r} has no shape rule; the simulation backend "
+                            "needs Kernel(shape=...) to size its outputs")
+        specs = kernel.shape(*[v.spec for v in op.inputs], **op.attrs)
+        specs = [specs] if _is_spec(specs) else list(specs)
+        op.cost = self._cost(op, 0, [View(None, shape, dtype, None, 0) for shape, dtype in specs])
+        neighbours = [v.storage.sid for v in op.inputs]
+        views, placed = [], []
+        try:
+            for k, (shape, dtype) in enumerate(specs):
+                if kernel.views is not None and k == 0:
+                    views.append(View(op.inputs[kernel.views].storage, shape, dtype, None, 0))
+                    op.outputs.append(None)
+                    continue
+                storage = self._new_storage(op, k)
+                storage.nbytes = _nbytes((shape, dtype))
+                self.arena.add_storage(storage.sid, op.cost, neighbours)
+                views.append(View(storage, shape, dtype, None, 0))
+                op.outputs.append((weakref.ref(storage), views[-1]))
+                self._sim_place(storage, op.cls)
+                self._pin([storage])
+                placed.append(storage)
+        finally:
+            self._unpin_quietly(placed)
+        for v in op.inputs:
+            v.storage.consumers.add(op)
+        self._account(op, recompute=False)
+        if self.trace is not None:
+            self.trace.call(op, views)
+        tensors = tuple(Tensor(v) for v in views)
+        return tensors if len(tensors) > 1 else tensors[0]
+
+    def _sim_place(self, storage, cls):
+        storage.array = self.arena.allocate_or_evict(
+            storage.nbytes, cls if self.partition else EXPENSIVE, self.backend.policy,
+            self.clock, self._evict, storage=storage.sid)
+
+    # ---- residency --------------------------------------------------------------------------
+
+    def _make_resident(self, targets):
+        """Recompute every evicted storage in targets, iteratively (no recursion limit).
+
+        A frame is [storage, its producer's input storages, next input to pin]. Inputs are
+        pinned as they become resident; dependencies recomputed only for this call are evicted
+        right after the last pending op that reads them (eager eviction).
+        """
+        for target in targets:
+            if target.array is not None:
+                continue
+            needs = {}        # storage -> pending frames that read it
+            temps = set()     # recomputed here as dependencies
+            frames = [self._frame(target, needs)]
+            while frames:
+                frame = frames[-1]
+                storage, inputs, i = frame
+                if i < len(inputs):
+                    dep = inputs[i]
+                    if dep.array is None:
+                        if dep.op is None:
+                            raise RuntimeError(f"storage {dep.sid} was lost: it has no producer")
+                        frames.append(self._frame(dep, needs))
+                        temps.add(dep)
+                        continue
+                    self._pin([dep])
+                    frame[2] = i + 1
+                    continue
+                if storage.array is None:
+                    self._recompute(storage.op)
+                self._unpin(inputs)
+                frames.pop()
+                for dep in inputs:
+                    needs[dep] -= 1
+                    if needs[dep] == 0 and dep in temps and dep not in targets:
+                        self._evict_eagerly(dep)
+
+    def _frame(self, storage, needs):
+        inputs = _unique(v.storage for v in storage.op.inputs)
+        for dep in inputs:
+            needs[dep] = needs.get(dep, 0) + 1
+        return [storage, inputs, 0]
+
+    def _evict_eagerly(self, storage):
+        info = self.arena.storage_info(storage.sid)
+        if info["resident"] and info["pins"] == 0 and info["evictable"]:
+            self._evict([storage.sid])
+            self.counters["eager_evictions"] += 1
+
+    def _evict(self, sids):
+        """The core's evict callback: drop each victim's array so its piece is freed."""
+        for sid in sids:
+            storage = self._storages.get(sid)
+            if storage is None or storage.array is None:
+                continue
+            if self.xp is None:
+                offset, storage.array = storage.array, None
+                self.arena.free(offset)
+            elif _held_elsewhere(storage.array):
+                storage.held = True
+                self.counters["held"] += 1
+                self.arena.set_evictable(sid, False)
+            else:
+                storage.array = None
+
+    def _release(self, storage):
+        """The last Tensor on storage went away: free its memory now (the record may stay)."""
+        self.counters["releases"] += 1
+        if self.trace is not None:
+            self.trace.release(storage)
+        if storage.op is None or storage.array is None or self._pins.get(storage.sid):
+            return   # constants live as long as a reader; pinned ones are released on unpin
+        if self.arena.has_storage(storage.sid) and not storage.held:
+            self._evict([storage.sid])
+
+    def _forget(self, storage):
+        """storage's record died: nothing can need it any more."""
+        if self.arena.has_storage(storage.sid):
+            self.arena.remove_storage(storage.sid)
+        self._pins.pop(storage.sid, None)
+        if self.xp is None and storage.array is not None:
+            self.arena.free(storage.array)
+
+    def _pin(self, storages):
+        for s in storages:
+            self.arena.pin(s.sid)
+            self._pins[s.sid] = self._pins.get(s.sid, 0) + 1
+
+    def _unpin_quietly(self, storages):
+        """Unpin without releasing (the outputs' Tensors are about to be made)."""
+        for s in storages:
+            self.arena.unpin(s.sid)
+            self._pins[s.sid] -= 1
+            if not self._pins[s.sid]:
+                del self._pins[s.sid]
+
+    def _unpin(self, storages):
+        for s in storages:
+            self.arena.unpin(s.sid)
+            left = self._pins[s.sid] - 1
+            if left:
+                self._pins[s.sid] = left
+            else:
+                del self._pins[s.sid]
+                if s.users == 0 and s.op is not None and s.array is not None:
+                    self._release(s)
+
+    # ---- arrays -----------------------------------------------------------------------------
+
+    def _new_storage(self, op, index):
+        sid = self._next_sid
+        self._next_sid += 1
+        storage = Storage(self, sid, 0, op, index)
+        self._storages[sid] = storage
+        return storage
+
+    def _adopt_new(self, storage, array, root):
+        storage.array = _flat(root)
+        storage.nbytes = storage.array.nbytes
+        return _view_of(storage, array, storage.array)
+
+    def _root(self, array):
+        while isinstance(array.base, self.xp.ndarray):
+            array = array.base
+        return array
+
+    def _array(self, view):
+        return _build(self.xp, view.storage.array, view)
+
+    def _to_host(self, array):
+        return numpy.array(array if self.xp is numpy else self.xp.asnumpy(array), copy=True)
+
+    def stats(self):
+        """Runtime counters with the arena's; compute_overhead as DESIGN.md defines it."""
+        out = dict(self.counters)
+        out["compute_overhead"] = out["cost_total"] / out["cost_first"] if out["cost_first"] else 1.0
+        out.update({f"arena_{k}": v for k, v in self.arena.stats().items()})
+        return out
+
+
+class _Recording:
+    def __init__(self, runtime, path):
+        from coop.trace import TraceWriter
+        self.runtime = runtime
+        self.writer = TraceWriter(path)
+        runtime.trace = self.writer
+
+    def __enter__(self):
+        return self.writer
+
+    def __exit__(self, *exc):
+        self.runtime.trace = None
+        self.writer.close()
+
+
+def _is_spec(value):
+    """(shape, dtype): a shape tuple and anything numpy.dtype accepts."""
+    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple)
+            and not isinstance(value[1], tuple))
+
+
+def _unique(storages):
+    seen = []
+    for s in storages:
+        if all(s is not t for t in seen):
+            seen.append(s)
+    return seen
+
+
+def _nbytes(spec):
+    shape, dtype = spec
+    return int(numpy.prod(shape, dtype=numpy.int64)) * numpy.dtype(dtype).itemsize
+
+
+def _flat(root):
+    """The root array's bytes as one flat uint8 array (a view, never a copy)."""
+    return root.reshape(-1, order="A").view("uint8")
+
+
+def _data_ptr(array):
+    return array.__array_interface__["data"][0] if isinstance(array, numpy.ndarray) else array.data.ptr
+
+
+def _view_of(storage, array, flat):
+    return View(storage, array.shape, array.dtype, array.strides, _data_ptr(array) - _data_ptr(flat))
+
+
+def _build(xp, flat, view):
+    """An array for view on a storage whose bytes are flat."""
+    if xp is numpy:
+        return numpy.ndarray(view.shape, view.dtype, buffer=flat, offset=view.offset, strides=view.strides)
+    return xp.ndarray(view.shape, view.dtype, memptr=flat.data + view.offset, strides=view.strides)
+
+
+def _held_elsewhere(flat):
+    """True when something besides the storage refers to its memory (a user's view)."""
+    # expected references to flat: the storage's attribute, this call's argument and
+    # getrefcount's; to the root: flat.base and getrefcount's argument (NumPy views of flat
+    # made by others point at the root)
+    return sys.getrefcount(flat) > 3 or sys.getrefcount(flat.base) > 2

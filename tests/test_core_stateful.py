@@ -1,0 +1,297 @@
+"""coop.Arena and the plain-Python ReferenceArena, driven by the same random calls, must agree.
+
+After every step both pass check(), and pieces, every storage's info and the counters are equal.
+Costs and clock values are integers, so every sum the two compute in different orders is exact.
+"""
+import math
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import coop
+from coop import CHEAP, EXPENSIVE, NO_STORAGE, POLICIES, OutOfMemoryError
+from reference_arena import ReferenceArena
+
+COUNTERS = ("capacity", "used_bytes", "peak_used_bytes", "free_bytes", "largest_free", "pieces",
+            "free_pieces", "evictions", "bytes_evicted", "searches", "failed_allocations")
+MEANS = ("fragmentation_rate", "largest_free_ratio")
+
+
+def outcome(call):
+    """("ok", result), or ("error", exception type[, the numbers an OutOfMemoryError carries])."""
+    try:
+        return "ok", call()
+    except OutOfMemoryError as error:
+        numbers = (error.request, error.budget, error.free, error.largest_free)
+        return "error", OutOfMemoryError, numbers
+    except (TypeError, ValueError, RuntimeError) as error:
+        return "error", type(error)
+
+
+class ArenaComparison(RuleBasedStateMachine):
+    """Random calls on both arenas; ALIGNMENT is set by the subclasses."""
+
+    ALIGNMENT = 64
+
+    def __init__(self):
+        super().__init__()
+        self.core = None
+        self.ref = None
+        self.sids = []  # registered storage ids
+        self.removed = []  # ids registered once and removed since: reusable
+        self.next_sid = 0
+        self.clock = 0
+
+    @initialize(k=st.integers(4, 16) | st.integers(4, 64), extra=st.integers(0, 63))
+    def create(self, k, extra):
+        self.core = coop.Arena(64 * k + extra, self.ALIGNMENT)
+        self.ref = ReferenceArena(64 * k + extra, self.ALIGNMENT)
+        assert self.core.capacity == self.ref.capacity
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def both(self, method, *args):
+        """Call method on both arenas; the outcomes must be identical."""
+        core = outcome(lambda: getattr(self.core, method)(*args))
+        ref = outcome(lambda: getattr(self.ref, method)(*args))
+        assert core == ref, (method, args, core, ref)
+        return core
+
+    def refused(self, method, *args):
+        """A call that both must refuse with the same exception and no change."""
+        before = self.state()
+        result = self.both(method, *args)
+        assert result[0] == "error", (method, args, result)
+        assert self.state() == before
+
+    def state(self):
+        stats = self.core.stats()
+        del stats["search_time"]
+        return self.core.pieces(), [self.core.storage_info(s) for s in self.sids], stats
+
+    def info(self, sid):
+        return self.ref.storage_info(sid)
+
+    def nonresident(self):
+        return [s for s in self.sids if not self.info(s)["resident"]]
+
+    def resident(self):
+        return [s for s in self.sids if self.info(s)["resident"]]
+
+    def used_offsets(self, anonymous_only=False):
+        return [off for off, _, free, sid in self.ref.pieces()
+                if not free and (sid == NO_STORAGE or not anonymous_only)]
+
+    def request(self, data):
+        """Mostly up to a quarter of the arena, sometimes anything up to all of it."""
+        capacity = self.ref.capacity
+        small = st.integers(0, capacity // 4)
+        return data.draw(st.one_of(small, small, st.integers(0, capacity)), label="nbytes")
+
+    def storage(self, data):
+        """A non-resident storage to bind, or NO_STORAGE."""
+        nonresident = self.nonresident()
+        if nonresident and data.draw(st.booleans(), label="bind"):
+            return data.draw(st.sampled_from(nonresident), label="storage")
+        return NO_STORAGE
+
+    def now(self, data):
+        return self.clock + data.draw(st.integers(0, 3), label="ahead")
+
+    # ---- storages -------------------------------------------------------------------------------
+
+    def register(self, data, cost, evictable):
+        if self.removed and data.draw(st.booleans(), label="reuse id"):
+            sid = self.removed.pop(data.draw(st.integers(0, len(self.removed) - 1)))
+        else:
+            sid = self.next_sid
+            self.next_sid += 1
+        neighbors = data.draw(st.lists(st.sampled_from(self.sids), max_size=4), label="neighbors") \
+            if self.sids else []
+        assert self.both("add_storage", sid, cost, neighbors, evictable) == ("ok", None)
+        self.sids.append(sid)
+        return sid
+
+    @rule(data=st.data(), cost=st.integers(0, 20), evictable=st.booleans())
+    def add_storage(self, data, cost, evictable):
+        self.register(data, cost, evictable)
+
+    @rule(data=st.data(), outputs=st.integers(1, 3), cls=st.sampled_from([EXPENSIVE, CHEAP]),
+          policy=st.sampled_from(POLICIES))
+    def compute(self, data, outputs, cls, policy):
+        """What the runtime does for an op's outputs: register, touch, place each (evicting)."""
+        for _ in range(outputs):
+            cost = data.draw(st.integers(0, 20), label="cost")
+            sid = self.register(data, cost, data.draw(st.integers(0, 9), label="evictable") > 0)
+            assert self.both("touch", sid, float(self.clock)) == ("ok", None)
+            self.evict_and_compare(self.request(data), cls, policy, float(self.clock), sid)
+
+    @precondition(lambda self: self.sids)
+    @rule(data=st.data())
+    def remove_storage(self, data):
+        sid = data.draw(st.sampled_from(self.sids), label="sid")
+        assert self.both("remove_storage", sid) == ("ok", None)
+        self.sids.remove(sid)
+        self.removed.append(sid)
+
+    @precondition(lambda self: self.sids)
+    @rule(data=st.data(),
+          method=st.sampled_from(["set_cost", "set_evictable", "pin", "unpin", "touch"]))
+    def metadata(self, data, method):
+        sid = data.draw(st.sampled_from(self.sids), label="sid")
+        if method == "set_cost":
+            args = (data.draw(st.integers(0, 20), label="cost"),)
+        elif method == "set_evictable":
+            args = (data.draw(st.booleans(), label="flag"),)
+        elif method == "touch":
+            args = (float(self.clock),)
+        else:
+            args = ()
+        if method == "unpin" and not self.info(sid)["pins"]:
+            self.refused("unpin", sid)
+        else:
+            assert self.both(method, sid, *args) == ("ok", None)
+
+    @rule(dt=st.integers(0, 10))
+    def advance_clock(self, dt):
+        self.clock += dt
+
+    # ---- pieces ---------------------------------------------------------------------------------
+
+    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP]))
+    def allocate(self, data, cls):
+        kind, _ = self.both("allocate", self.request(data), cls, self.storage(data))
+        assert kind == "ok"
+
+    @precondition(lambda self: self.used_offsets())
+    @rule(data=st.data())
+    def free(self, data):
+        offset = data.draw(st.sampled_from(self.used_offsets()), label="offset")
+        assert self.both("free", offset) == ("ok", None)
+
+    @precondition(lambda self: self.used_offsets(anonymous_only=True) and self.nonresident())
+    @rule(data=st.data())
+    def bind(self, data):
+        offset = data.draw(st.sampled_from(self.used_offsets(anonymous_only=True)), label="offset")
+        sid = data.draw(st.sampled_from(self.nonresident()), label="sid")
+        assert self.both("bind", offset, sid) == ("ok", None)
+
+    # ---- eviction -------------------------------------------------------------------------------
+
+    @rule(data=st.data(), policy=st.sampled_from(POLICIES))
+    def choose_victims(self, data, policy):
+        kind, _ = self.both("choose_victims", self.request(data), policy, self.now(data))
+        assert kind == "ok"
+
+    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP]), policy=st.sampled_from(POLICIES),
+          owner=st.sampled_from(["frees"] * 6 + ["leaves", "pins", "unevictable"]))
+    def allocate_or_evict(self, data, cls, policy, owner):
+        self.evict_and_compare(self.request(data), cls, policy, self.now(data), self.storage(data),
+                               owner)
+
+    def evict_and_compare(self, nbytes, cls, policy, now, storage, owner="frees"):
+        """owner: what the callback does with the last victim: frees it like the others, leaves it
+        resident (a RuntimeError in both), or refuses it by pinning it or making it unevictable."""
+        logs = []
+        results = []
+        for arena in (self.core, self.ref):
+            log = []
+
+            def evict(victims, arena=arena, log=log):
+                log.append(list(victims))
+                for sid in victims[:-1]:
+                    arena.free(arena.storage_info(sid)["offset"])
+                if owner == "frees":
+                    arena.free(arena.storage_info(victims[-1])["offset"])
+                elif owner == "pins":
+                    arena.pin(victims[-1])
+                elif owner == "unevictable":
+                    arena.set_evictable(victims[-1], False)
+
+            results.append(outcome(lambda: arena.allocate_or_evict(nbytes, cls, policy, now, evict,
+                                                                    storage)))
+            logs.append(log)
+        assert results[0] == results[1], (results, logs)
+        assert logs[0] == logs[1]
+        if results[0][0] == "error":
+            assert results[0][1] in ((OutOfMemoryError, RuntimeError) if owner == "leaves"
+                                     else (OutOfMemoryError,))
+
+    # ---- refused calls --------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def refused_call(self, data):
+        capacity = self.ref.capacity
+        pieces = self.ref.pieces()
+        free_offsets = [off for off, _, free, _ in pieces if free]
+        starts = {off for off, _, _, _ in pieces}
+        unknown = next(off for off in range(1, capacity + 1) if off not in starts)
+        calls = [
+            ("allocate", -1), ("allocate", capacity + 1), ("allocate", 1.5),
+            ("allocate", 64, EXPENSIVE, self.next_sid),
+            ("free", unknown), ("free", -self.ALIGNMENT), ("free", float(self.ALIGNMENT)),
+            ("bind", unknown, NO_STORAGE), ("add_storage", self.next_sid, -1.0),
+            ("add_storage", self.next_sid, math.nan), ("add_storage", self.next_sid, 1.0, [-5]),
+            ("remove_storage", self.next_sid), ("unpin", self.next_sid),
+            ("storage_info", self.next_sid), ("set_cost", self.next_sid, 1.0),
+            ("choose_victims", 64, "best", self.clock), ("choose_victims", -1, "coop", self.clock),
+            ("choose_victims", capacity + 1, "dtr", self.clock),
+            ("allocate_or_evict", capacity + 1, EXPENSIVE, "coop", self.clock, _never_called),
+            ("allocate_or_evict", 64, EXPENSIVE, "lifo", self.clock, _never_called),
+        ]
+        calls += [("free", off) for off in free_offsets]
+        calls += [("bind", off, s) for off in free_offsets for s in self.nonresident()[:1]]
+        if self.sids:
+            sid = self.sids[0]
+            calls += [("add_storage", sid), ("set_cost", sid, -1.0), ("touch", self.next_sid, 0.0)]
+            if not self.info(sid)["pins"]:
+                calls.append(("unpin", sid))
+        for sid in self.resident():
+            calls += [("allocate", 0, CHEAP, sid), ("bind", self.info(sid)["offset"], sid),
+                      ("allocate_or_evict", 0, CHEAP, "coop", self.clock, _never_called, sid)]
+        for off in self.used_offsets(anonymous_only=True)[:1]:
+            calls += [("bind", off, self.next_sid)]
+            calls += [("bind", off, s) for s in self.resident()[:1]]
+        for off, _, free, sid in pieces:
+            if sid != NO_STORAGE and self.nonresident():
+                calls.append(("bind", off, self.nonresident()[0]))
+                break
+        method, *args = data.draw(st.sampled_from(calls), label="call")
+        self.refused(method, *args)
+
+    # ---- after every step ----------------------------------------------------------------------
+
+    @invariant()
+    def agree(self):
+        if self.core is None:
+            return
+        self.core.check()
+        self.ref.check()
+        assert self.core.pieces() == self.ref.pieces()
+        for sid in self.sids:
+            assert self.core.storage_info(sid) == self.ref.storage_info(sid), sid
+        for sid in self.removed:
+            assert not self.core.has_storage(sid) and not self.ref.has_storage(sid)
+        core, ref = self.core.stats(), self.ref.stats()
+        assert core.keys() == ref.keys()
+        for key in COUNTERS:
+            assert core[key] == ref[key], key
+        for key in MEANS:
+            assert math.isclose(core[key], ref[key], rel_tol=1e-12, abs_tol=1e-15), key
+
+
+def _never_called(victims):
+    raise AssertionError("a refused call must not reach the evict callback")
+
+
+class ArenaComparisonAlign8(ArenaComparison):
+    ALIGNMENT = 8
+
+
+SETTINGS = settings(max_examples=200, stateful_step_count=50, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+ArenaComparison.TestCase.settings = SETTINGS
+ArenaComparisonAlign8.TestCase.settings = SETTINGS
+TestArena = ArenaComparison.TestCase
+TestArenaAlign8 = ArenaComparisonAlign8.TestCase

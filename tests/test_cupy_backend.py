@@ -1,0 +1,382 @@
+"""The CuPy backend on fake device pointers (no GPU needed), plus `cuda` tests on a real device."""
+import gc
+import pickle
+import re
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+import coop  # noqa: E402
+from coop.backends import cupy as backend  # noqa: E402
+
+BASE = 0x7F0000000000  # fake device address; nothing ever reads or writes it
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def reset_allocator():
+    yield
+    cupy.cuda.set_allocator(None)
+
+
+@contextmanager
+def no_gc():
+    """Frees must follow from reference counts alone, not from a collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def use(pool):
+    cupy.cuda.set_allocator(pool)
+    return pool
+
+
+def layout(pool):
+    return [(offset, size, free) for offset, size, free, _ in pool.arena.pieces()]
+
+
+# ---- placement and stats -----------------------------------------------------------------------
+
+def test_arrays_land_at_base_plus_offset_with_exact_stats():
+    pool = use(coop.allocator("1MiB", base=BASE))
+    assert (pool.used_bytes(), pool.free_bytes(), pool.total_bytes(), pool.n_free_blocks()) == \
+        (0, 0, 0, 0)
+    assert pool.get_limit() == MiB
+    a = cupy.empty(1000, dtype=cupy.uint8)
+    b = cupy.empty((10, 10), dtype=cupy.float32)
+    assert a.data.ptr == BASE and b.data.ptr == BASE + 1024
+    assert a.data.device_id == 0 and b.data.mem.size == 400
+    assert (pool.offset_of(a), pool.offset_of(b)) == (0, 1024)
+    assert pool.offset_of(np.empty(10)) is None and pool.offset_of(object()) is None
+    assert (pool.used_bytes(), pool.free_bytes(), pool.total_bytes(), pool.n_free_blocks()) == \
+        (1536, MiB - 1536, MiB, 1)
+    with no_gc():
+        del a
+        assert (pool.used_bytes(), pool.free_bytes(), pool.n_free_blocks()) == (512, MiB - 512, 2)
+        assert layout(pool) == [(0, 1024, True), (1024, 512, False), (1536, MiB - 1536, True)]
+        del b
+    assert (pool.used_bytes(), pool.free_bytes(), pool.n_free_blocks()) == (0, MiB, 1)
+    pool.arena.check()
+
+
+def test_pool_works_as_set_allocator_argument_and_through_malloc():
+    pool = coop.allocator(4096, base=BASE)
+    assert isinstance(pool, cupy.cuda.MemoryPool) and isinstance(pool, coop.CoopMemoryPool)
+    assert coop.allocator is backend.allocator and coop.CoopMemoryPool is backend.CoopMemoryPool
+    pointer = pool(100)
+    assert isinstance(pointer, cupy.cuda.MemoryPointer) and pointer.ptr == BASE
+    cupy.cuda.set_allocator(pool.malloc)
+    assert cupy.empty(8, dtype=cupy.uint8).data.ptr == BASE + 512
+    assert pool.used_bytes() == 512  # the 8 bytes died with the temporary array
+
+
+def test_with_pool_routes_this_threads_allocations_and_nests():
+    pool = coop.allocator(4096, base=BASE)
+    outer = cupy.cuda.get_allocator()
+    with pool as entered:
+        assert entered is pool and cupy.cuda.get_allocator() is pool
+        a = cupy.empty(10, dtype=cupy.uint8)
+        with pytest.raises(KeyError):
+            with pool:
+                assert cupy.empty(10, dtype=cupy.uint8).data.ptr == BASE + 512
+                raise KeyError("inside")
+        assert cupy.cuda.get_allocator() is pool
+    assert cupy.cuda.get_allocator() == outer
+    assert a.data.ptr == BASE and pool.used_bytes() == 512
+
+
+def test_budget_not_a_multiple_of_512_is_rounded_down():
+    pool = use(coop.allocator(1_000_000, base=BASE))
+    cupy.empty(1, dtype=cupy.uint8)
+    assert pool.get_limit() == 1_000_000
+    assert pool.total_bytes() == 999_936 == pool.arena.capacity
+    assert pool.free_bytes() == 999_936
+
+
+def test_every_pointer_is_512_aligned_and_pieces_are_distinct():
+    use(coop.allocator("1MiB", base=BASE))
+    sizes = [1, 7, 511, 512, 513, 1000, 4095, 33, 2]
+    arrays = [cupy.empty(n, dtype=cupy.uint8) for n in sizes]
+    pointers = [a.data.ptr for a in arrays]
+    assert all((p - BASE) % 512 == 0 and p % 512 == 0 for p in pointers)
+    expected, offset = [], 0
+    for n in sizes:
+        expected.append(BASE + offset)
+        offset += max(-(-n // 512) * 512, 512)
+    assert pointers == expected
+
+
+def test_cheap_class_takes_the_high_end():
+    pool = use(coop.allocator("1MiB", base=BASE))
+    pool.cls = coop.CHEAP
+    a = cupy.empty(1000, dtype=cupy.uint8)
+    assert a.data.ptr == BASE + MiB - 1024 and pool.offset_of(a) == MiB - 1024
+    pool.cls = coop.EXPENSIVE
+    assert cupy.empty(600, dtype=cupy.uint8).data.ptr == BASE
+
+
+# ---- lifetime ------------------------------------------------------------------------------------
+
+def test_views_keep_the_piece_until_the_last_one_dies():
+    pool = use(coop.allocator("1MiB", base=BASE))
+    with no_gc():
+        a = cupy.empty(4096, dtype=cupy.uint8)
+        tail = a[1024:]
+        square = a.reshape(64, 64)
+        column = square[:, 3]
+        del a
+        assert pool.used_bytes() == 4096
+        assert tail.data.ptr == BASE + 1024 and column.data.ptr == BASE + 3
+        assert pool.offset_of(tail) == pool.offset_of(column) == 0
+        del tail, square
+        assert pool.used_bytes() == 4096
+        del column
+        assert pool.used_bytes() == 0 and layout(pool) == [(0, MiB, True)]
+        assert cupy.empty(100, dtype=cupy.uint8).data.ptr == BASE  # the piece is reused
+
+
+def test_size_zero_is_a_null_pointer_without_a_piece():
+    pool = use(coop.allocator("1MiB", base=BASE, device=2))
+    pointer = pool.malloc(0)
+    assert (pointer.ptr, pointer.device_id, pointer.mem.size) == (0, 2, 0)
+    empty = cupy.empty((0, 5), dtype=cupy.float64)
+    assert empty.data.ptr == 0 and empty.size == 0
+    assert pool.used_bytes() == 0 and pool.total_bytes() == 0  # nothing reserved either
+    assert cupy.empty(3, dtype=cupy.uint8).data.device_id == 2
+
+
+# ---- out of memory and eviction -----------------------------------------------------------------
+
+def test_out_of_memory_is_both_errors_with_coops_message():
+    pool = use(coop.allocator(4096, base=BASE))
+    a = cupy.empty(3000, dtype=cupy.uint8)
+    with pytest.raises(coop.OutOfMemoryError) as info:
+        cupy.empty(2000, dtype=cupy.uint8)
+    err = info.value
+    assert isinstance(err, cupy.cuda.memory.OutOfMemoryError) and isinstance(err, MemoryError)
+    assert str(err) == ("coop: cannot allocate 2048 bytes under policy 'coop': budget 4096 bytes, "
+                        "1024 bytes free, largest free range 1024 bytes, and nothing left to "
+                        "evict; raise the budget, or free or unpin tensors")
+    assert (err.request, err.budget, err.free, err.largest_free) == (2048, 4096, 1024, 1024)
+    copy = pickle.loads(pickle.dumps(err))
+    assert type(copy) is type(err) and str(copy) == str(err) and copy.free == 1024
+    pool.arena.check()
+    assert layout(pool) == [(0, 3072, False), (3072, 1024, True)]
+    with pytest.raises(cupy.cuda.memory.OutOfMemoryError, match="larger than the whole arena"):
+        cupy.empty(5000, dtype=cupy.uint8)
+    pool.arena.check()
+    assert pool.used_bytes() == 3072 and a.data.ptr == BASE
+
+
+def test_anonymous_pieces_are_never_evicted():
+    pool = use(coop.allocator(4096, policy="lru", base=BASE))
+    pool.evict = lambda victims: pytest.fail(f"evicted {victims}")
+    a = cupy.empty(4096, dtype=cupy.uint8)
+    with pytest.raises(coop.OutOfMemoryError):
+        cupy.empty(1, dtype=cupy.uint8)
+    assert pool.offset_of(a) == 0 and pool.arena.stats()["evictions"] == 0
+
+
+def test_eviction_through_the_pools_callback():
+    pool = use(coop.allocator(4096, base=BASE))
+    held = {}
+
+    def evict(victims):
+        calls.append(list(victims))
+        for sid in victims:
+            del held[sid]  # the last reference: the piece is freed right here
+
+    calls = []
+    with no_gc():
+        held[7] = cupy.empty(2048, dtype=cupy.uint8)
+        pinned = cupy.empty(1024, dtype=cupy.uint8)
+        pool.arena.add_storage(7, cost=1.0)
+        pool.arena.bind(pool.offset_of(held[7]), 7)
+        pool.evict = evict
+        b = cupy.empty(1500, dtype=cupy.uint8)
+    assert calls == [[7]] and held == {}
+    assert b.data.ptr == BASE and pinned.data.ptr == BASE + 2048
+    assert pool.arena.storage_info(7)["resident"] is False
+    stats = pool.arena.stats()
+    assert (stats["evictions"], stats["bytes_evicted"], stats["used_bytes"]) == (1, 2048, 2560)
+    pool.arena.check()
+
+
+# ---- arguments -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("budget", ["-3GB", "abc", 0, True])
+def test_bad_budgets_raise_clear_errors(budget):
+    with pytest.raises((ValueError, TypeError), match=re.escape(repr(budget))):
+        coop.allocator(budget, base=BASE)
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="below one 512-byte piece"):
+        coop.allocator(100, base=BASE)
+    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+        coop.allocator("1MiB", policy="fifo", base=BASE)
+    with pytest.raises(ValueError, match="multiple of 512"):
+        coop.allocator("1MiB", base=BASE + 64)
+    with pytest.raises(TypeError, match="base must be an int"):
+        coop.allocator("1MiB", base=True)
+    with pytest.raises(ValueError, match="device must be >= 0"):
+        coop.allocator("1MiB", device=-1, base=BASE)
+    with pytest.raises(ValueError, match="with base= give it in bytes"):
+        coop.allocator("50%", base=BASE)
+
+
+def test_set_limit_accepts_only_the_budget():
+    pool = coop.allocator("1MiB", base=BASE)
+    pool.set_limit(size=MiB)
+    for kwargs in ({"size": 2 * MiB}, {"size": 0}, {}, {"fraction": 0.5}):
+        with pytest.raises(ValueError, match=r"budget is fixed .*\(1048576 bytes\)"):
+            pool.set_limit(**kwargs)
+    assert pool.get_limit() == MiB
+
+
+def test_free_all_blocks_with_base_forgets_the_reservation_only_when_idle():
+    pool = use(coop.allocator("1MiB", base=BASE))
+    a = cupy.empty(10, dtype=cupy.uint8)
+    pool.free_all_blocks()
+    assert pool.total_bytes() == MiB and a.data.ptr == BASE
+    del a
+    pool.free_all_blocks()
+    assert (pool.total_bytes(), pool.free_bytes(), pool.n_free_blocks()) == (0, 0, 0)
+    assert cupy.empty(10, dtype=cupy.uint8).data.ptr == BASE
+
+
+def test_import_coop_needs_no_cupy():
+    code = ("import sys; sys.modules['cupy'] = None; import coop; coop.Arena(512)\n"
+            "assert 'coop.backends.cupy' not in sys.modules\n"
+            "try: coop.allocator\n"
+            "except ModuleNotFoundError as err: print(err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).parent.parent, check=True)
+    assert out.stdout == "coop.allocator needs CuPy: pip install cupy-cuda12x\n"
+
+
+# ---- the driver path, with a fake driver --------------------------------------------------------
+
+class FakeDriver:
+    """Stands in for the four driver calls the backend makes; records reservations."""
+    bases = {0: 0x7F0000000000, 1: 0x7E0000000000}
+
+    def __init__(self):
+        self.device, self.stream, self.reserved, self.released = 0, 0, [], []
+
+    def reserve(self, device_id, nbytes):
+        assert device_id == self.device
+        self.reserved.append((device_id, nbytes))
+        return FakeMemory(self.bases[device_id], device_id, self.released)
+
+
+class FakeMemory:
+    def __init__(self, ptr, device_id, released):
+        self.ptr, self.device_id, self._released = ptr, device_id, released
+
+    def __del__(self):
+        self._released.append(self.device_id)
+
+
+@pytest.fixture
+def driver(monkeypatch):
+    fake = FakeDriver()
+    monkeypatch.setattr(backend, "_current_device_id", lambda: fake.device)
+    monkeypatch.setattr(backend, "_current_stream_ptr", lambda device_id: fake.stream)
+    monkeypatch.setattr(backend, "_device_total", lambda device_id: 80_000_000_000)
+    monkeypatch.setattr(backend, "_reserve", fake.reserve)
+    return fake
+
+
+def test_one_lazy_reservation_per_device(driver):
+    pool = use(coop.allocator("1MiB"))
+    assert driver.reserved == [] and pool.total_bytes() == 0
+    a = cupy.empty(10, dtype=cupy.uint8)
+    b = cupy.empty(10, dtype=cupy.uint8)
+    driver.device = 1
+    c = cupy.empty(10, dtype=cupy.uint8)
+    assert driver.reserved == [(0, MiB), (1, MiB)]
+    assert (a.data.ptr, b.data.ptr, c.data.ptr) == (BASE, BASE + 512, 0x7E0000000000)
+    assert c.data.device_id == 1 and pool.used_bytes() == 512
+    assert pool.offset_of(c) == 0 and pool.offset_of(b) is None  # b is on another device
+    driver.device = 0
+    assert pool.used_bytes() == 1024 and pool.offset_of(b) == 512
+
+
+def test_device_restriction(driver):
+    pool = use(coop.allocator("1MiB", device=0))
+    cupy.empty(10, dtype=cupy.uint8)
+    driver.device = 1
+    for nbytes in (10, 0):
+        with pytest.raises(RuntimeError, match="serves device 0 only, but the current device is 1"):
+            pool.malloc(nbytes)
+    with pytest.raises(RuntimeError, match="serves device 0 only"):
+        pool.arena
+    assert pool.used_bytes() == 0 and driver.reserved == [(0, MiB)]
+
+
+def test_another_stream_is_refused_until_the_pool_is_released(driver):
+    pool = use(coop.allocator("1MiB"))
+    a = cupy.empty(10, dtype=cupy.uint8)
+    driver.stream = 0x5000
+    with pytest.raises(RuntimeError, match="serves stream 0x0 .* runs on stream 0x5000"):
+        cupy.empty(10, dtype=cupy.uint8)
+    pool.free_all_blocks()  # a is in use: nothing to release
+    assert driver.released == [] and pool.total_bytes() == MiB
+    with no_gc():
+        del a
+        pool.free_all_blocks()
+        assert driver.released == [0] and pool.total_bytes() == 0
+    b = cupy.empty(10, dtype=cupy.uint8)  # reserved again, on the new stream
+    assert driver.reserved == [(0, MiB), (0, MiB)] and b.data.ptr == BASE
+    driver.stream = 0
+    with pytest.raises(RuntimeError, match="serves stream 0x5000"):
+        cupy.empty(10, dtype=cupy.uint8)
+
+
+def test_percentage_budget_is_of_each_devices_memory(driver):
+    pool = use(coop.allocator("1%"))
+    assert pool.get_limit() == 800_000_000
+    cupy.empty(10, dtype=cupy.uint8)
+    assert driver.reserved == [(0, 800_000_000)] and pool.total_bytes() == 800_000_000
+
+
+# ---- a real device -------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+def test_real_device_arithmetic_under_the_coop_allocator():
+    pool = use(coop.allocator("64MiB"))
+    x = cupy.arange(1000, dtype=cupy.float32)
+    y = x * 2 + 1
+    assert float(y.sum().get()) == 1_000_000.0
+    np.testing.assert_array_equal(y[:3].get(), np.array([1, 3, 5], dtype=np.float32))
+    assert pool.total_bytes() == 64 * MiB and pool.used_bytes() >= 8192
+    base = x.data.ptr - pool.offset_of(x)
+    assert base % 512 == 0 and x.data.ptr % 512 == 0 and y.data.ptr % 512 == 0
+    assert base <= y.data.ptr < base + 64 * MiB
+    with pytest.raises(RuntimeError, match="runs on stream"):
+        with cupy.cuda.Stream():
+            cupy.empty(10, dtype=cupy.uint8)
+    del x, y
+    gc.collect()
+    cupy.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    assert pool.total_bytes() == 0 and pool.used_bytes() == 0
+
+
+@pytest.mark.cuda
+def test_real_device_budget_larger_than_the_device():
+    use(coop.allocator("100TiB"))
+    with pytest.raises(backend.CupyOutOfMemoryError, match="cannot reserve the budget"):
+        cupy.empty(10)
