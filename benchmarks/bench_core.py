@@ -12,6 +12,8 @@ c. one `allocate_or_evict` of a large request (5% of the arena) on an arena full
 
 Every number is a median over --repeat runs in this process; the reference is measured in the
 same run. Run from a checkout: the reference is loaded from ../tests/ relative to this file.
+
+Run: python benchmarks/bench_core.py [--repeat 5] [--out bench_out]
 """
 import argparse
 import importlib.util
@@ -42,13 +44,18 @@ def load_reference():
     return module.ReferenceArena
 
 
-def median_time(fn, repeat):
-    """Median wall time of fn() over repeat calls."""
+def median_time(fn, repeat, min_seconds=0.0):
+    """Median wall time of one fn() call over repeat batches; a batch calls fn as often as it
+    takes to last min_seconds (calibrated on one call), so fast calls are timed in bulk."""
+    start = time.perf_counter()
+    fn()
+    calls = max(1, int(min_seconds / max(time.perf_counter() - start, 1e-9)))
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
     return statistics.median(times)
 
 
@@ -82,17 +89,22 @@ def run_sequence(arena_type, ops, capacity):
 
 # ---- b, c. fragmented arenas of evictable storages ------------------------------------------
 
+CLS = coop.CHEAP
+
+
 def fragmented_arena(arena_type, n, min_bytes, max_bytes, holes, seed):
-    """An arena tiled by n pieces, each bound to an evictable storage (neighbour: the previous
-    one), with random costs and access times; `holes` pieces freed. Returns (arena, offsets, now)."""
+    """An arena tiled by n pieces, each bound to an evictable storage (neighbour: one of the 8
+    storages made before it, like an op's recent input), with random costs and access times;
+    `holes` pieces freed. Returns (arena, offsets, now)."""
     rng = np.random.default_rng(seed)
     sizes = rng.integers(min_bytes // 64, max_bytes // 64 + 1, n) * 64
     costs, touched = rng.uniform(0.1, 10.0, n), rng.uniform(0.0, 1000.0, n)
+    inputs = np.maximum(np.arange(n) - rng.integers(1, 9, n), 0)
     arena = arena_type(int(sizes.sum()))
     offsets = {}
     for sid in range(n):
-        arena.add_storage(sid, float(costs[sid]), [sid - 1] if sid else [])
-        offsets[sid] = arena.allocate(int(sizes[sid]), coop.CHEAP, storage=sid)
+        arena.add_storage(sid, float(costs[sid]), [int(inputs[sid])] if sid else [])
+        offsets[sid] = arena.allocate(int(sizes[sid]), CLS, storage=sid)
         arena.touch(sid, float(touched[sid]))
     for sid in rng.choice(n, holes, replace=False):
         arena.free(offsets.pop(int(sid)))
@@ -104,9 +116,7 @@ def search_time(arena_type, n, repeat, seed):
     arena, _, now = fragmented_arena(arena_type, n, 64, 4096, max(n // 100, 1), seed)
     request = 8 * 4096
     assert arena.choose_victims(request, "coop", now), "no window found"
-    calls = max(1, 100_000 // n)  # enough calls to time small arenas
-    return median_time(lambda: [arena.choose_victims(request, "coop", now) for _ in range(calls)],
-                       repeat) / calls * 1e6
+    return median_time(lambda: arena.choose_victims(request, "coop", now), repeat, 0.02) * 1e6
 
 
 def evict_once(arena_type, n, policy, seed):
@@ -154,11 +164,12 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
     parser.add_argument("--pairs", type=int, default=20_000, help="a: allocations in the sequence")
     parser.add_argument("--live", type=int, default=200, help="a: pieces live at a time")
-    parser.add_argument("--sizes", default="100,1000,10000,100000", help="b: numbers of pieces")
-    parser.add_argument("--ref-max-n", type=int, default=10_000,
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10_000, 100_000],
+                        help="b: numbers of pieces")
+    parser.add_argument("--ref-max-n", type=int, default=1_000,
                         help="b: largest N measured with the (slow) reference")
     parser.add_argument("--victims", type=int, default=5_000, help="c: pieces in the arena")
-    parser.add_argument("--ref-victims", type=int, default=1_000,
+    parser.add_argument("--ref-victims", type=int, default=500,
                         help="c: pieces in the arena for the reference (it is slow)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench_out", help="directory for the PNG")
@@ -181,7 +192,7 @@ def main(argv=None):
     print(f"   ratio {rates['coop.Arena'] / rates['ReferenceArena']:.1f}x (target >= 20x)\n")
 
     # b.
-    sizes = [int(n) for n in args.sizes.split(",")]
+    sizes = args.sizes
     results = {}
     for n in tqdm(sizes, desc="b. window search", leave=False):
         results[n] = {"coop.Arena": search_time(coop.Arena, n, args.repeat, args.seed)}
@@ -194,7 +205,8 @@ def main(argv=None):
         slow_text = f"{slow:>16.1f}{slow / fast:>8.0f}x" if slow else f"{'(skipped)':>16}{'':>9}"
         print(f"   {n:>8}{fast:>14.2f}{fast / n:>10.4f}{slow_text}")
     slope = np.polyfit(np.log(sizes), np.log([results[n]["coop.Arena"] for n in sizes]), 1)[0]
-    print(f"   log-log slope of coop.Arena: {slope:.2f} (1.0 = linear in N)")
+    verdict = "linear" if slope < 1.25 else "SUPERLINEAR: the scan should be O(N)"
+    print(f"   log-log slope of coop.Arena: {slope:.2f} (1.0 = linear in N): {verdict}")
     if any(n > args.ref_max_n for n in sizes):
         print(f"   the reference is brute force and was measured only up to N = {args.ref_max_n}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -202,7 +214,7 @@ def main(argv=None):
     plot_search(sizes, results, plot_path)
 
     # c.
-    print(f"\nc. one allocate_or_evict of 5% of an arena of small victims (median)")
+    print("\nc. one allocate_or_evict of 5% of an arena of small victims (median)")
     print(f"   {'arena':<16}{'N':>7}{'policy':>7}{'searches':>10}{'victims':>9}"
           f"{'evicted':>10}{'search ms':>11}{'wall ms':>10}")
     for name, arena_type, n in (("coop.Arena", coop.Arena, args.victims),

@@ -36,6 +36,12 @@ cdef _check(Arena a):
             slot = p.storage
             if slot >= 0 and (not a.storages[slot].live or a.storages[slot].piece != idx):
                 _fail(f"piece at {p.offset} and its storage disagree")
+            if slot >= 0 and (p.cprime != a.storages[slot].cprime
+                              or p.last_access != a.storages[slot].last_access
+                              or p.candidate != (a.storages[slot].evictable and a.storages[slot].pins == 0)):
+                _fail(f"piece at {p.offset} mirrors its storage's scan inputs wrongly")
+        if p.storage < 0 and (p.candidate or p.cprime != 0.0):
+            _fail(f"piece at {p.offset} has no storage but mirrors one")
         prev_free = p.free
         expect_offset += p.size
         n += 1

@@ -10,10 +10,13 @@ ctypedef pair[size_t, size_t] SizeOffset
 cdef struct Piece:
     size_t offset      # start, in bytes from the arena's base; a multiple of the alignment
     size_t size        # > 0, a multiple of the alignment
+    double cprime      # mirror of the bound storage's c' (the scans read pieces only); 0 if unbound
+    double last_access # mirror of the bound storage's last_access
     int prev           # piece just below in address order, -1 at offset 0
     int next           # piece just above, -1 at the end; chains unused slots in the pool
     int storage        # bound storage slot; -1 when free or anonymous
-    bint free          # free pieces are in free_index; never two adjacent
+    unsigned char free       # free pieces are in free_index; never two adjacent
+    unsigned char candidate  # bound, evictable and unpinned: may be evicted
 
 
 cdef struct Storage:
@@ -44,7 +47,9 @@ cdef class Arena:
     cdef int piece_pool                 # unused piece slots, chained through next
     cdef cset[SizeOffset] free_index    # (size, offset) of every free piece: best fit
     cdef unordered_map[size_t, int] by_offset   # offset -> piece, for every piece
-    cdef vector[double] hbuf            # per piece scratch: h of the window scan
+    cdef vector[double] scan_h          # window scan ring (a power of two long): h
+    cdef vector[int] scan_piece         # ... the piece
+    cdef vector[size_t] scan_size       # ... and its size
     cdef vector[Storage] storages       # storage slots
     cdef vector[vector[int]] adjacency  # per storage slot: neighbour slots (symmetric)
     cdef unordered_map[int64_t, int] by_sid
@@ -73,6 +78,7 @@ cdef class Arena:
     cdef int c_free(self, size_t offset) except -1
     cdef int _slot(self, sid) except -1
     cdef void _bind(self, int idx, int slot) noexcept
+    cdef inline void _sync(self, int slot) noexcept
     cdef void _on_evicted(self, int slot) noexcept
     cdef int _class_new(self, int slot) noexcept
     cdef int _class_union(self, int a, int b) noexcept
@@ -81,8 +87,8 @@ cdef class Arena:
     cdef void _refresh_neighbours(self, int slot) noexcept
     cdef void _refresh_class(self, int c) noexcept
     cdef inline bint _candidate(self, int idx) noexcept
-    cdef inline double _h(self, int slot, double now) noexcept
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept
+    cdef void _grow_ring(self, size_t capacity, size_t lo=*, size_t n=*) noexcept
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
     cdef size_t _checked_request(self, nbytes) except? 0
     cdef int _unbound_slot(self, storage) except -2

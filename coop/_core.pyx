@@ -87,8 +87,7 @@ cdef class Arena:
             self.piece_pool = self.pieces_[idx].next
         else:
             idx = <int>self.pieces_.size()
-            self.pieces_.push_back(Piece(0, 0, -1, -1, -1, False))
-            self.hbuf.push_back(0.0)
+            self.pieces_.push_back(Piece(0, 0, 0.0, 0.0, -1, -1, -1, False, False))
         cdef Piece* p = &self.pieces_[idx]
         p.offset = offset
         p.size = size
@@ -96,6 +95,8 @@ cdef class Arena:
         p.next = next
         p.storage = -1
         p.free = free
+        p.candidate = False
+        p.cprime = 0.0
         self.by_offset[offset] = idx
         return idx
 
@@ -176,6 +177,8 @@ cdef class Arena:
         self.used_bytes -= p.size
         p.free = True
         p.storage = -1
+        p.candidate = False
+        p.cprime = 0.0
         # merge with the free neighbours
         if p.prev >= 0 and self.pieces_[p.prev].free:
             nb = p.prev
@@ -225,6 +228,17 @@ cdef class Arena:
                 self._refresh_class(c)
             self._refresh_neighbours(slot)
         self.storages[slot].cprime = self._cprime(slot)
+        self._sync(slot)
+
+    cdef inline void _sync(self, int slot) noexcept:
+        """Mirror a resident storage's scan inputs into its piece."""
+        cdef Storage* st = &self.storages[slot]
+        cdef Piece* p
+        if st.piece >= 0:
+            p = &self.pieces_[st.piece]
+            p.cprime = st.cprime
+            p.last_access = st.last_access
+            p.candidate = st.evictable and st.pins == 0
 
     cdef void _on_evicted(self, int slot) noexcept:
         """slot's piece was freed: it forms a class and joins its evicted neighbours' classes."""
@@ -314,6 +328,7 @@ cdef class Arena:
         for n in self.adjacency[slot]:
             if self.storages[n].piece >= 0:
                 self.storages[n].cprime = self._cprime(n)
+                self.pieces_[self.storages[n].piece].cprime = self.storages[n].cprime
 
     cdef void _refresh_class(self, int c) noexcept:
         """Recompute c' of every resident neighbour of the class's members."""
@@ -328,11 +343,7 @@ cdef class Arena:
     # ---- victim choice ----------------------------------------------------------------------
 
     cdef inline bint _candidate(self, int idx) noexcept:
-        cdef int slot = self.pieces_[idx].storage
-        return slot >= 0 and self.storages[slot].evictable and self.storages[slot].pins == 0
-
-    cdef inline double _h(self, int slot, double now) noexcept:
-        return self.storages[slot].cprime / _stale(self.storages[slot].last_access, now)
+        return self.pieces_[idx].candidate
 
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept:
         victims.clear()
@@ -345,68 +356,103 @@ cdef class Arena:
         cdef int best = -1
         cdef double best_score = INFINITY
         cdef double score, m
-        cdef int slot
+        cdef Piece* p
         while idx >= 0:
-            if self._candidate(idx):
-                slot = self.pieces_[idx].storage
+            p = &self.pieces_[idx]
+            if p.candidate:
                 if policy == P_DTR:
-                    score = self.storages[slot].cprime / (
-                        <double>self.pieces_[idx].size * _stale(self.storages[slot].last_access, now))
+                    score = p.cprime / (<double>p.size * _stale(p.last_access, now))
                 elif policy == P_DTE:
-                    m = <double>self.pieces_[idx].size
-                    if self.pieces_[idx].prev >= 0 and self.pieces_[self.pieces_[idx].prev].free:
-                        m = m + self.pieces_[self.pieces_[idx].prev].size
-                    if self.pieces_[idx].next >= 0 and self.pieces_[self.pieces_[idx].next].free:
-                        m = m + self.pieces_[self.pieces_[idx].next].size
-                    score = self.storages[slot].cprime / (m * _stale(self.storages[slot].last_access, now))
+                    m = <double>p.size
+                    if p.prev >= 0 and self.pieces_[p.prev].free:
+                        m = m + self.pieces_[p.prev].size
+                    if p.next >= 0 and self.pieces_[p.next].free:
+                        m = m + self.pieces_[p.next].size
+                    score = p.cprime / (m * _stale(p.last_access, now))
                 elif policy == P_LRU:
-                    score = self.storages[slot].last_access
+                    score = p.last_access
                 else:
-                    score = 1.0 / <double>self.pieces_[idx].size
+                    score = 1.0 / <double>p.size
                 if best < 0 or score < best_score:
                     best = idx
                     best_score = score
-            idx = self.pieces_[idx].next
+            idx = p.next
         if best >= 0:
             victims.push_back(self.pieces_[best].storage)
 
+    cdef void _grow_ring(self, size_t capacity, size_t lo=0, size_t n=0) noexcept:
+        """Resize the window ring to capacity (a power of two), keeping entries lo..n-1."""
+        cdef size_t old = self.scan_h.size(), k
+        cdef vector[double] h = self.scan_h
+        cdef vector[int] piece = self.scan_piece
+        cdef vector[size_t] size = self.scan_size
+        self.scan_h.resize(capacity)
+        self.scan_piece.resize(capacity)
+        self.scan_size.resize(capacity)
+        for k in range(lo, n):
+            self.scan_h[k & (capacity - 1)] = h[k & (old - 1)]
+            self.scan_piece[k & (capacity - 1)] = piece[k & (old - 1)]
+            self.scan_size[k & (capacity - 1)] = size[k & (old - 1)]
+
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept:
-        """Two-pointer scan for the cheapest run of free/candidate pieces covering size bytes."""
-        cdef int left, right, count, best_start = -1, best_count = 0
-        cdef int i = self.first
+        """One pass over the pieces for the cheapest run of free/candidate pieces covering size.
+
+        The pieces of the current window [lo, n) (positions in the current segment, a maximal
+        run of window pieces) sit in a ring buffer of (h, piece, size). Each new piece extends
+        the window; while it covers the request it is a candidate (the smallest window starting
+        at lo), then lo advances. p_right - p_left is the running-sum cost of docs/core.md.
+        """
+        if self.scan_h.size() < 64:
+            self._grow_ring(64)
+        cdef size_t mask = self.scan_h.size() - 1
+        cdef double* hs = self.scan_h.data()
+        cdef int* ps = self.scan_piece.data()
+        cdef size_t* ss = self.scan_size.data()
+        cdef Piece* pieces = self.pieces_.data()
+        cdef int i = self.first, best_start = -1, best_count = 0
+        cdef size_t n, lo, covered
         cdef double p_left, p_right, cost, h, best_cost = INFINITY
-        cdef size_t covered
+        cdef Piece* p
         while i >= 0:
-            if not (self.pieces_[i].free or self._candidate(i)):
-                i = self.pieces_[i].next
+            p = &pieces[i]
+            if not (p.free or p.candidate):
+                i = p.next
                 continue
-            # a segment of window pieces starts at i
-            left = i
-            right = i
+            n = 0
+            lo = 0
             p_left = 0.0
             p_right = 0.0
             covered = 0
-            count = 0
             while True:
-                while covered < size and right >= 0 and (self.pieces_[right].free or self._candidate(right)):
-                    h = 0.0 if self.pieces_[right].free else self._h(self.pieces_[right].storage, now)
-                    self.hbuf[right] = h
-                    p_right = p_right + h
-                    covered += self.pieces_[right].size
-                    count += 1
-                    right = self.pieces_[right].next
-                if covered < size:
+                if n - lo > mask:   # the window outgrew the ring: double it (rare)
+                    self._grow_ring(2 * (mask + 1), lo, n)
+                    mask = self.scan_h.size() - 1
+                    hs = self.scan_h.data()
+                    ps = self.scan_piece.data()
+                    ss = self.scan_size.data()
+                h = p.cprime / _stale(p.last_access, now)   # free pieces mirror c' = 0
+                hs[n & mask] = h
+                ps[n & mask] = i
+                ss[n & mask] = p.size
+                n += 1
+                p_right = p_right + h
+                covered += p.size
+                while covered >= size:
+                    cost = p_right - p_left
+                    if cost < best_cost:
+                        best_cost = cost
+                        best_start = ps[lo & mask]
+                        best_count = <int>(n - lo)
+                    p_left = p_left + hs[lo & mask]
+                    covered -= ss[lo & mask]
+                    lo += 1
+                i = p.next
+                if i < 0:
                     break
-                cost = p_right - p_left
-                if cost < best_cost:
-                    best_cost = cost
-                    best_start = left
-                    best_count = count
-                p_left = p_left + self.hbuf[left]
-                covered -= self.pieces_[left].size
-                count -= 1
-                left = self.pieces_[left].next
-            i = right
+                p = &pieces[i]
+                if not (p.free or p.candidate):
+                    i = p.next
+                    break
         if best_start < 0:
             return
         i = best_start
@@ -487,6 +533,8 @@ cdef class Arena:
         cdef int n
         if st.piece >= 0:
             self.pieces_[st.piece].storage = -1
+            self.pieces_[st.piece].candidate = False
+            self.pieces_[st.piece].cprime = 0.0
             st.piece = -1
         if c >= 0:
             self._class_leave(slot)
@@ -496,6 +544,7 @@ cdef class Arena:
             _remove(self.adjacency[n], slot)
             if self.storages[n].piece >= 0:
                 self.storages[n].cprime = self._cprime(n)
+                self._sync(n)
         self.adjacency[slot].clear()
         self.by_sid.erase(self.storages[slot].sid)
         self.storages[slot].live = False
@@ -512,24 +561,32 @@ cdef class Arena:
         st.cost = c
         if st.piece >= 0:
             st.cprime = self._cprime(slot)
+            self._sync(slot)
         elif st.cls >= 0:
             self.classes[st.cls].cost = self.classes[st.cls].cost + (c - old)
             self._refresh_class(st.cls)
 
     def set_evictable(self, sid, flag):
-        self.storages[self._slot(sid)].evictable = bool(flag)
+        cdef int slot = self._slot(sid)
+        self.storages[slot].evictable = bool(flag)
+        self._sync(slot)
 
     def pin(self, sid):
-        self.storages[self._slot(sid)].pins += 1
+        cdef int slot = self._slot(sid)
+        self.storages[slot].pins += 1
+        self._sync(slot)
 
     def unpin(self, sid):
         cdef int slot = self._slot(sid)
         if self.storages[slot].pins == 0:
             raise ValueError(f"unpin of storage {sid}, which is not pinned")
         self.storages[slot].pins -= 1
+        self._sync(slot)
 
     def touch(self, sid, now):
-        self.storages[self._slot(sid)].last_access = float(now)
+        cdef int slot = self._slot(sid)
+        self.storages[slot].last_access = float(now)
+        self._sync(slot)
 
     def storage_info(self, sid):
         cdef int slot = self._slot(sid)

@@ -27,12 +27,14 @@ budget, a fraction `--ratio` of the unlimited run's peak. It prints evictions, r
 compute overhead and fragmentation side by side, and saves a memory map per policy: coop
 frees contiguous runs of cheap tensors, DTR frees scattered ones and must evict more bytes to
 find one range large enough.
+
+Run (after `pip install .`): python examples/fragmentation.py [--ratio 0.4] [--policies ...]
 """
 import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections import namedtuple
 
 import matplotlib
 
@@ -48,18 +50,13 @@ MB = 1 << 20
 FREE, CHEAP_USED, EXPENSIVE_USED, ANONYMOUS = range(4)
 STATE_NAMES = ("free", "used, cheap", "used, expensive", "anonymous / unevictable")
 STATE_COLORS = ("#f2f2f2", "#f5a623", "#2b6cb0", "#555555")
-POLICIES = {"none": ("none", False), "dtr": ("dtr", False), "coop": ("coop", True), "coop-no-partition": ("coop", False)}
+# name -> (the core's policy, whether cheap tensors go to the high end of their free range)
+POLICIES = {"dtr": ("dtr", False), "coop": ("coop", True), "coop-no-partition": ("coop", False),
+            "none": ("none", False)}
 
 
-@dataclass(frozen=True)
-class Tensor:
-    """One op's output: its size, placement class, own cost, inputs and whether it is evictable."""
-
-    nbytes: int
-    cls: int
-    cost: float
-    inputs: tuple
-    evictable: bool
+# one op's output: its size, placement class, own cost, input sids and whether it is evictable
+Tensor = namedtuple("Tensor", "nbytes cls cost inputs evictable")
 
 
 def build_program(layers, iterations, unit, density, seed):
@@ -73,12 +70,16 @@ def build_program(layers, iterations, unit, density, seed):
         order.append(len(tensors) - 1)
         return len(tensors) - 1
 
-    weights = [(op(unit // 8, coop.EXPENSIVE, 0.0, evictable=False),
-                op(unit // 8, coop.EXPENSIVE, 0.0, evictable=False)) for _ in range(layers)]
+    def fixed(nbytes, cls, cost, inputs=()):
+        """Weights, the input batch and gradients: anonymous, never evicted."""
+        return op(nbytes, cls, cost, inputs, evictable=False)
+
+    weights = [(fixed(unit // 8, coop.EXPENSIVE, 0.0), fixed(unit // 8, coop.EXPENSIVE, 0.0))
+               for _ in range(layers)]
     persistent.update(w for pair in weights for w in pair)
     for _ in range(iterations):
         act = int(unit * rng.uniform(0.6, 1.0)) // 64 * 64
-        x = op(act, coop.EXPENSIVE, 0.0, evictable=False)  # the input batch
+        x = fixed(act, coop.EXPENSIVE, 0.0)  # the input batch
         saved = []
         for (w1, w2), f in zip(weights, widths):
             h = op(f * act, coop.EXPENSIVE, density * f * act / MB, (x, w1))
@@ -89,15 +90,15 @@ def build_program(layers, iterations, unit, density, seed):
             y = op(act, coop.EXPENSIVE, density * act / MB, (a, w2))
             saved.append((x, h, stats, n, a, w1, w2, f))
             x = op(act, coop.CHEAP, act / MB, (x, y))
-        grad = op(act, coop.CHEAP, act / MB, (x,), evictable=False)  # d loss / d x
+        grad = fixed(act, coop.CHEAP, act / MB, (x,))  # d loss / d x
         weight_grads = []
         for x_in, h, stats, n, a, w1, w2, f in reversed(saved):
-            g_a = op(f * act, coop.EXPENSIVE, density * f * act / MB, (grad, w2), evictable=False)
-            weight_grads.append(op(unit // 8, coop.EXPENSIVE, density * act / MB, (a, grad), False))
-            g_h = op(f * act, coop.CHEAP, 2 * f * act / MB, (g_a, n, h, *stats), evictable=False)
-            weight_grads.append(op(unit // 8, coop.EXPENSIVE, density * act / MB, (x_in, g_h), False))
-            grad = op(act, coop.EXPENSIVE, density * f * act / MB, (g_h, w1, grad), evictable=False)
-        op(64, coop.CHEAP, len(weight_grads) * unit / 8 / MB, weight_grads, evictable=False)  # step
+            g_a = fixed(f * act, coop.EXPENSIVE, density * f * act / MB, (grad, w2))
+            weight_grads.append(fixed(unit // 8, coop.EXPENSIVE, density * act / MB, (a, grad)))
+            g_h = fixed(f * act, coop.CHEAP, 2 * f * act / MB, (g_a, n, h, *stats))
+            weight_grads.append(fixed(unit // 8, coop.EXPENSIVE, density * act / MB, (x_in, g_h)))
+            grad = fixed(act, coop.EXPENSIVE, density * f * act / MB, (g_h, w1, grad))
+        fixed(64, coop.CHEAP, len(weight_grads) * unit / 8 / MB, weight_grads)  # optimizer step
     return tensors, schedule_releases(tensors, order, persistent)
 
 
@@ -139,7 +140,7 @@ class Runtime:
 
     def note_failed_attempt(self):
         s = self.arena.stats()
-        self.largest_free_ratios.append(s["largest_free"] / s["free_bytes"] if s["free_bytes"] else 1.0)
+        self.largest_free_ratios.append(s["largest_free"] / max(s["free_bytes"], 1))
 
     def evict(self, victims):
         self.note_failed_attempt()  # the arena calls back only after an allocation failed
@@ -159,7 +160,8 @@ class Runtime:
                     self.arena.pin(x)
                     pinned.append(x)
             if t.evictable and not recompute:
-                self.arena.add_storage(sid, t.cost, [x for x in t.inputs if self.tensors[x].evictable])
+                neighbors = [x for x in t.inputs if self.tensors[x].evictable]
+                self.arena.add_storage(sid, t.cost, neighbors)
             cls = t.cls if self.partition else coop.EXPENSIVE
             storage = sid if t.evictable else coop.NO_STORAGE
             self.offsets[sid] = self.arena.allocate_or_evict(
@@ -179,6 +181,7 @@ class Runtime:
         self.peak = max(self.peak, self.arena.stats()["used_bytes"])
 
     def release(self, sid):
+        """The program drops sid: its piece (if resident) and its storage go."""
         if sid in self.offsets:
             self.arena.free(self.offsets.pop(sid))
         self.evicted.discard(sid)
@@ -189,8 +192,8 @@ class Runtime:
         """One row of the memory map: the state of the piece under each address bin."""
         pieces = self.arena.pieces()
         starts = np.fromiter((p[0] for p in pieces), np.int64, len(pieces))
-        states = np.array([FREE if free else ANONYMOUS if sid < 0
-                           else CHEAP_USED if self.tensors[sid].cls == coop.CHEAP else EXPENSIVE_USED
+        used = (EXPENSIVE_USED, CHEAP_USED)
+        states = np.array([FREE if free else ANONYMOUS if sid < 0 else used[self.tensors[sid].cls]
                            for _, _, free, sid in pieces])
         self.rows.append(states[np.searchsorted(starts, self.centers, side="right") - 1])
 
@@ -202,13 +205,16 @@ def run(tensors, steps, capacity, policy_name, bins, label):
     failed_at = None
     start = time.perf_counter()
     for index, (kind, sid) in enumerate(tqdm(steps, desc=label, unit="step", leave=False)):
+        if kind == "release":
+            runtime.release(sid)
+            continue
         try:
-            runtime.compute(sid) if kind == "compute" else runtime.release(sid)
+            runtime.compute(sid)
         except coop.OutOfMemoryError as error:
             failed_at = (index, str(error))
             runtime.note_failed_attempt()
             break
-        if kind == "compute" and bins:
+        if bins:
             runtime.sample()
     runtime.wall = time.perf_counter() - start
     return runtime, failed_at
@@ -231,7 +237,7 @@ def save_memory_map(runtime, path, title):
 def report_rows(runtime, failed_at, baseline_cost, total_steps):
     s = runtime.arena.stats()
     outcome = "completed" if failed_at is None else f"OOM at step {failed_at[0]}/{total_steps}"
-    overhead = f"{runtime.executed / baseline_cost:.3f}" + ("" if failed_at is None else " (partial)")
+    overhead = f"{runtime.executed / baseline_cost:.3f}{'' if failed_at is None else ' (partial)'}"
     ratios = runtime.largest_free_ratios
     return [
         ("outcome", outcome),
@@ -258,20 +264,18 @@ def main(argv=None):
     parser.add_argument("--matmul-density", type=float, default=32.0,
                         help="cost per byte of a matmul relative to an elementwise op")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policies", default="dtr,coop", help=f"from {', '.join(POLICIES)}")
+    parser.add_argument("--policies", nargs="+", default=["dtr", "coop"], choices=POLICIES)
     parser.add_argument("--bins", type=int, default=400, help="address bins of the memory map")
     parser.add_argument("--out", default="fragmentation_out", help="directory for the PNGs")
     args = parser.parse_args(argv)
-    names = args.policies.split(",")
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown:
-        parser.error(f"unknown policies {unknown}; choose from {list(POLICIES)}")
+    names = args.policies
 
     tensors, steps = build_program(args.layers, args.iterations, int(args.unit_mib * MB),
                                    args.matmul_density, args.seed)
     total = sum(t.nbytes for t in tensors) * 2
     unlimited, failed = run(tensors, steps, total, "none", 0, "unlimited")
-    assert failed is None and unlimited.arena.stats()["searches"] == 0, "unlimited run evicted"
+    if failed is not None:
+        raise RuntimeError(f"the unlimited run ran out of memory: {failed[1]}")
     budget = int(args.ratio * unlimited.peak)
     print(f"command: {' '.join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}")
     print(f"program: {len(tensors)} tensors, {len(steps)} steps; unlimited peak "
