@@ -56,6 +56,11 @@ cdef class Arena:
     cdef vector[int] storage_pool       # unused storage slots
     cdef vector[EvictedClass] classes   # class slots
     cdef vector[int] class_pool         # unused class slots
+    cdef vector[vector[int]] frontier   # per class: resident storages next to a member (a superset:
+                                        # may hold duplicates and stale slots, pruned on refresh)
+    cdef vector[unsigned int] stamps    # per storage slot: dedup mark of _refresh_class
+    cdef unsigned int stamp_now         # the current mark
+    cdef vector[int] seen               # _cprime scratch: distinct classes of one storage
     cdef readonly size_t used_bytes     # sum of used piece sizes
     cdef size_t peak_used               # highest used_bytes so far
     cdef Py_ssize_t n_pieces            # pieces in the address list

@@ -222,11 +222,16 @@ cdef class Arena:
         cdef int c = st.cls
         self.pieces_[idx].storage = slot
         st.piece = idx
+        cdef int n
         if c >= 0:
             self._class_leave(slot)
             if self.classes[c].head >= 0:
                 self._refresh_class(c)
             self._refresh_neighbours(slot)
+        # slot is resident now: each class it touches must refresh it when it changes
+        for n in self.adjacency[slot]:
+            if self.storages[n].piece < 0 and self.storages[n].cls >= 0:
+                self.frontier[self.storages[n].cls].push_back(slot)
         self.storages[slot].cprime = self._cprime(slot)
         self._sync(slot)
 
@@ -257,9 +262,15 @@ cdef class Arena:
         else:
             c = <int>self.classes.size()
             self.classes.push_back(EvictedClass(0.0, -1, 0))
+            self.frontier.push_back(vector[int]())
         self.classes[c].cost = self.storages[slot].cost
         self.classes[c].head = slot
         self.classes[c].size = 1
+        self.frontier[c].clear()
+        cdef int n
+        for n in self.adjacency[slot]:
+            if self.storages[n].piece >= 0:
+                self.frontier[c].push_back(n)
         self.storages[slot].cls = c
         self.storages[slot].cls_next = slot
         self.storages[slot].cls_prev = slot
@@ -286,6 +297,10 @@ cdef class Arena:
         self.storages[ha].cls_prev = tb
         self.classes[a].cost = self.classes[a].cost + self.classes[b].cost
         self.classes[a].size += self.classes[b].size
+        if self.frontier[a].size() < self.frontier[b].size():
+            self.frontier[a].swap(self.frontier[b])
+        self.frontier[a].insert(self.frontier[a].end(), self.frontier[b].begin(), self.frontier[b].end())
+        self.frontier[b].clear()
         self.classes[b].head = -1
         self.classes[b].size = 0
         self.class_pool.push_back(b)
@@ -300,6 +315,7 @@ cdef class Arena:
         if k.size == 0:
             k.head = -1
             k.cost = 0.0
+            self.frontier[c].clear()
             self.class_pool.push_back(c)
         else:
             if k.head == slot:
@@ -313,13 +329,13 @@ cdef class Arena:
     cdef double _cprime(self, int slot) noexcept:
         """cost + the cost of each distinct class among the evicted neighbours."""
         cdef double total = self.storages[slot].cost
-        cdef vector[int] seen
         cdef int n, c
+        self.seen.clear()
         for n in self.adjacency[slot]:
             c = self.storages[n].cls
             if c >= 0 and self.storages[n].piece < 0:
-                if not _contains(seen, c):
-                    seen.push_back(c)
+                if not _contains(self.seen, c):
+                    self.seen.push_back(c)
                     total = total + self.classes[c].cost
         return total
 
@@ -331,14 +347,25 @@ cdef class Arena:
                 self.pieces_[self.storages[n].piece].cprime = self.storages[n].cprime
 
     cdef void _refresh_class(self, int c) noexcept:
-        """Recompute c' of every resident neighbour of the class's members."""
-        cdef int head = self.classes[c].head
-        cdef int m = head
-        while True:
-            self._refresh_neighbours(m)
-            m = self.storages[m].cls_next
-            if m == head:
-                break
+        """Recompute c' of the class's frontier (the resident storages next to a member),
+        dropping duplicates and entries that no longer touch the class."""
+        cdef vector[int]* front = &self.frontier[c]
+        cdef size_t k, kept = 0
+        cdef int r
+        self.stamp_now += 1
+        for k in range(front.size()):
+            r = front[0][k]
+            if self.stamps[r] == self.stamp_now:
+                continue
+            self.stamps[r] = self.stamp_now
+            if not self.storages[r].live or self.storages[r].piece < 0:
+                continue
+            self.storages[r].cprime = self._cprime(r)
+            self.pieces_[self.storages[r].piece].cprime = self.storages[r].cprime
+            if _contains(self.seen, c):      # _cprime left r's evicted classes in seen
+                front[0][kept] = r
+                kept += 1
+        front.resize(kept)
 
     # ---- victim choice ----------------------------------------------------------------------
 
@@ -516,6 +543,7 @@ cdef class Arena:
             slot = <int>self.storages.size()
             self.storages.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False))
             self.adjacency.push_back(vector[int]())
+            self.stamps.push_back(0)
         self.storages[slot] = Storage(key, c, c, 0.0, -1, 0, bool(evictable), -1, slot, slot, True)
         self.adjacency[slot].clear()
         self.by_sid[key] = slot
