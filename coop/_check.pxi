@@ -47,8 +47,10 @@ cdef _check(Arena a):
         n += 1
         prev = idx
         idx = p.next
-    if expect_offset != a.capacity:
-        _fail(f"pieces cover {expect_offset} bytes of a {a.capacity}-byte arena")
+    if expect_offset != a.space:
+        _fail(f"pieces cover {expect_offset} bytes of a {a.space}-byte address space")
+    if a.used_bytes > a.capacity:
+        _fail(f"{a.used_bytes} bytes used in a {a.capacity}-byte budget")
     if n != a.n_pieces or <size_t>n != a.by_offset.size():
         _fail(f"{n} pieces in address order, counter says {a.n_pieces}, index {a.by_offset.size()}")
     if n_free != a.n_free_pieces or <size_t>n_free != a.free_index.size():

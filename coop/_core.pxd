@@ -42,6 +42,8 @@ cdef struct EvictedClass:
 cdef class Arena:
     cdef readonly size_t capacity       # usable bytes: the budget rounded down to the alignment
     cdef readonly size_t alignment      # a power of two
+    cdef readonly bint ideal            # count bytes only, as DTR's simulator (no fragmentation)
+    cdef size_t space                   # bytes the pieces tile: capacity, or IDEAL_SPACE if ideal
     cdef vector[Piece] pieces_          # piece slots; address order via prev/next
     cdef int first                      # piece at offset 0
     cdef int piece_pool                 # unused piece slots, chained through next

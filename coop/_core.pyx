@@ -23,6 +23,7 @@ POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
 cdef enum:
     P_COOP, P_DTR, P_DTE, P_LRU, P_SIZE, P_NONE
 
+cdef size_t IDEAL_SPACE = (<size_t>1) << 62   # address space of an ideal arena
 cdef dict _POLICY_CODES = {name: code for code, name in enumerate(POLICIES)}
 
 
@@ -32,11 +33,16 @@ cdef inline double _monotonic() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-cdef int _policy_code(policy) except -1:
+cdef int _policy_code(policy, bint ideal) except -1:
+    cdef int code
     try:
-        return _POLICY_CODES[policy]
+        code = _POLICY_CODES[policy]
     except (KeyError, TypeError):
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}") from None
+    if ideal and code == P_COOP:
+        raise ValueError("an ideal arena has no addresses to scan: use a loop policy "
+                         "(dtr, dte, lru, size) or none")
+    return code
 
 
 cdef size_t _size_arg(value, str what) except? 0:
@@ -62,7 +68,7 @@ cdef double _cost_arg(value) except? -1.0:
 cdef class Arena:
     """A contiguous range of ``capacity`` bytes cut into pieces, with per-storage eviction data."""
 
-    def __cinit__(self, nbytes, alignment=64):
+    def __cinit__(self, nbytes, alignment=64, ideal=False):
         cdef size_t align = _size_arg(alignment, "alignment")
         if align == 0 or (align & (align - 1)) != 0:
             raise ValueError(f"alignment must be a power of two, got {alignment!r}")
@@ -73,8 +79,12 @@ cdef class Arena:
             raise ValueError(
                 f"an arena of {total} bytes holds no {align}-byte aligned piece; "
                 f"give a budget of at least {align} bytes")
+        self.ideal = bool(ideal)
+        # an ideal arena counts bytes only (DTR's simulator): its pieces live in an address
+        # space so large that placement never fails; the budget alone refuses requests
+        self.space = IDEAL_SPACE if self.ideal else self.capacity
         self.piece_pool = -1
-        self.first = self._new_piece(0, self.capacity, -1, -1, True)
+        self.first = self._new_piece(0, self.space, -1, -1, True)
         self.n_pieces = 1
         self._index_free(self.first)
 
@@ -121,12 +131,16 @@ cdef class Arena:
         return (nbytes + self.alignment - 1) & ~(self.alignment - 1)
 
     cdef size_t largest_free(self) noexcept:
+        if self.ideal:
+            return self.capacity - self.used_bytes
         if self.free_index.empty():
             return 0
         return deref(self.free_index.rbegin()).first
 
     cdef Py_ssize_t c_allocate(self, size_t size, int cls, int slot) noexcept:
         """Best fit of an already rounded size; returns the offset or -1. Binds slot if >= 0."""
+        if self.ideal and self.used_bytes + size > self.capacity:
+            return -1
         cdef cset[SizeOffset].iterator it = self.free_index.lower_bound(SizeOffset(size, 0))
         if it == self.free_index.end():
             return -1
@@ -646,7 +660,7 @@ cdef class Arena:
     def choose_victims(self, nbytes, policy, now):
         """The storages the policy would evict for a request of nbytes (evicts nothing)."""
         cdef size_t size = self._checked_request(nbytes)
-        cdef int code = _policy_code(policy)
+        cdef int code = _policy_code(policy, self.ideal)
         cdef vector[int] victims
         self._choose(size, code, float(now), victims)
         return [self.storages[s].sid for s in victims]
@@ -654,7 +668,7 @@ cdef class Arena:
     def allocate_or_evict(self, nbytes, cls, policy, now, evict, storage=NO_STORAGE):
         """Place nbytes, evicting through evict(list of storage ids) until it fits."""
         cdef size_t size = self._checked_request(nbytes)
-        cdef int code = _policy_code(policy)
+        cdef int code = _policy_code(policy, self.ideal)
         cdef int slot = self._unbound_slot(storage)
         cdef double clock = float(now)
         cdef vector[int] victims
@@ -698,6 +712,7 @@ cdef class Arena:
     def stats(self):
         return {
             "capacity": self.capacity,
+            "ideal": bool(self.ideal),
             "used_bytes": self.used_bytes,
             "peak_used_bytes": self.peak_used,
             "free_bytes": self.capacity - self.used_bytes,

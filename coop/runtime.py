@@ -6,6 +6,7 @@ core decides *what* to evict; this module decides what evicting and recomputing 
 dropping a storage's array, and running its producer Op again (iteratively, pinning what it
 needs, evicting temporaries right after their one use).
 """
+import contextvars
 import sys
 import time
 import weakref
@@ -27,6 +28,8 @@ POLICY_TABLE = {
     "coop-no-partition": ("coop", False, True),
     "coop-no-inplace": ("coop", True, False),
     "coop-loop": ("dtr", True, True),
+    # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
+    "dtr-ideal": ("dtr", False, True),
 }
 
 _current = []
@@ -64,6 +67,9 @@ class Runtime:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_TABLE)}")
         if classifier not in ("type", "density"):
             raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
+        if (policy == "dtr-ideal") != backend.arena.ideal:
+            raise ValueError("policy 'dtr-ideal' needs, and only it takes, an ideal arena: "
+                             "use coop.SimBackend(budget, ideal=True) with policy='dtr-ideal'")
         self.backend = backend
         self.arena = backend.arena
         self.xp = backend.xp
@@ -197,6 +203,9 @@ class Runtime:
             backend.cls = EXPENSIVE
         del arrays, fresh
         outs = out if isinstance(out, tuple) else (out,)
+        if not outs:
+            raise TypeError(f"kernel {kernel.name!r} returned no output (an empty tuple); kernels "
+                            f"must return {self.xp.__name__} arrays (or a tuple of them)")
         for k, o in enumerate(outs):
             if not isinstance(o, self.xp.ndarray):
                 raise TypeError(f"kernel {kernel.name!r} returned {type(o).__name__} as output {k}; "
@@ -236,7 +245,8 @@ class Runtime:
             else:
                 storage = new[offset]
                 views.append(_view_of(storage, o, storage.array))
-            op.outputs.append((weakref.ref(storage), views[-1]))
+            # the record keeps the view's parameters, not its storage (that would be a cycle)
+            op.outputs.append((weakref.ref(storage), views[-1].on(None)))
         del outs, o, root
         op.cost = self._cost(op, elapsed, views)
         if self.classifier == "density":
@@ -305,30 +315,37 @@ class Runtime:
         i = op.kernel.inplace
         target = op.inputs[i]
         s = target.storage
-        info = self.arena.storage_info(s.sid)
         readers = [c for c in s.consumers if any(e is not None and e[0]() is not None for e in c.outputs)]
         v = None
         if s.op is not None or readers:
             v = self._new_storage(s.op, s.index)
             v.nbytes = s.nbytes
+            old_inputs = [u.storage.sid for u in s.op.inputs] if s.op is not None else []
+            self.arena.add_storage(v.sid, self.arena.storage_info(s.sid)["cost"], old_inputs,
+                                   evictable=s.op is not None)
+            if s.op is None or not self.inplace:
+                # nothing can recompute the old value (or the ablation copies): keep a copy,
+                # taken before the kernel overwrites S
+                self._copy_into(v, s, op.cls)
+        elapsed = 0
+        if self.xp is not None:
+            # the first run mutates S itself; only a recompute reads V (into a fresh copy).
+            # Nothing is redirected yet, so a kernel that raises leaves the records as they were.
+            outs, elapsed = self._execute(op, recompute=False)
+            del outs
+        op.cost = self._cost(op, elapsed, [target])
+        if self.trace is not None:
+            self.trace.mutate(op, i)   # the program's storages, before V replaces S in the record
+        if v is not None:
             if s.op is not None:
                 s.op.outputs[s.index] = (weakref.ref(v), s.op.outputs[s.index][1])
             for c in list(s.consumers):
                 c.inputs = [u.on(v) if u.storage is s else u for u in c.inputs]
                 v.consumers.add(c)
             s.consumers = weakref.WeakSet()
-            old_inputs = [u.storage.sid for u in s.op.inputs] if s.op is not None else []
-            self.arena.add_storage(v.sid, info["cost"], old_inputs, evictable=s.op is not None)
-            if s.op is None or not self.inplace:
-                # nothing can recompute the old value (or the ablation copies): keep a copy
-                self._copy_into(v, s, op.cls)
             op.inputs = [u.on(v) if u.storage is s else u for u in op.inputs]
-        elapsed = 0
-        if self.xp is not None:
-            outs, elapsed = self._execute(op, recompute=False)
-            del outs
-        op.cost = self._cost(op, elapsed, [op.inputs[i].on(s)])
-        op.outputs.append((weakref.ref(s), View(s, (s.nbytes,), numpy.uint8, (1,), 0)))
+        info = self.arena.storage_info(s.sid)
+        op.outputs.append((weakref.ref(s), View(None, (s.nbytes,), numpy.uint8, (1,), 0)))
         if s.op is not None:
             # re-register S with its new producer's neighbours (keeping pins and flags)
             offset = info["offset"]
@@ -344,8 +361,6 @@ class Runtime:
         for u in op.inputs:
             u.storage.consumers.add(op)
         self._account(op, recompute=False)
-        if self.trace is not None:
-            self.trace.mutate(op, i)
         return Tensor(target)
 
     def _copy_into(self, dst, src, cls):
@@ -383,7 +398,7 @@ class Runtime:
                 storage.nbytes = _nbytes((shape, dtype))
                 self.arena.add_storage(storage.sid, op.cost, neighbours)
                 views.append(View(storage, shape, dtype, None, 0))
-                op.outputs.append((weakref.ref(storage), views[-1]))
+                op.outputs.append((weakref.ref(storage), views[-1].on(None)))
                 self._sim_place(storage, op.cls)
                 self._pin([storage])
                 placed.append(storage)
@@ -417,28 +432,38 @@ class Runtime:
             needs = {}        # storage -> pending frames that read it
             temps = set()     # recomputed here as dependencies
             frames = [self._frame(target, needs)]
-            while frames:
-                frame = frames[-1]
-                storage, inputs, i = frame
-                if i < len(inputs):
-                    dep = inputs[i]
-                    if dep.array is None:
-                        if dep.op is None:
-                            raise RuntimeError(f"storage {dep.sid} was lost: it has no producer")
-                        frames.append(self._frame(dep, needs))
-                        temps.add(dep)
+            try:
+                while frames:
+                    frame = frames[-1]
+                    storage, inputs, i = frame
+                    if i < len(inputs):
+                        dep = inputs[i]
+                        if dep.array is None:
+                            if dep.op is None:
+                                raise RuntimeError(f"storage {dep.sid} was lost: it has no producer")
+                            frames.append(self._frame(dep, needs))
+                            temps.add(dep)
+                            continue
+                        self._pin([dep])
+                        frame[2] = i + 1
                         continue
-                    self._pin([dep])
-                    frame[2] = i + 1
-                    continue
-                if storage.array is None:
-                    self._recompute(storage.op)
-                self._unpin(inputs)
-                frames.pop()
-                for dep in inputs:
-                    needs[dep] -= 1
-                    if needs[dep] == 0 and dep in temps and dep not in targets:
-                        self._evict_eagerly(dep)
+                    if storage.array is None:
+                        self._recompute(storage.op)
+                        if storage.array is None:
+                            raise RuntimeError(f"recomputing {storage.op!r} did not produce "
+                                               f"storage {storage.sid}")
+                    self._unpin(inputs)
+                    frames.pop()
+                    for dep in inputs:
+                        needs[dep] -= 1
+                        if needs[dep] == 0 and dep in temps and dep not in targets:
+                            self._evict_eagerly(dep)
+            except BaseException:
+                # an error (out of memory while recomputing) leaves no dependency pinned; unpin
+                # without evicting: the traceback still refers to the failed kernel's arrays
+                for _, inputs, i in frames:
+                    self._unpin_quietly(inputs[:i])
+                raise
 
     def _frame(self, storage, needs):
         inputs = _unique(v.storage for v in storage.op.inputs)
@@ -456,7 +481,7 @@ class Runtime:
         """The core's evict callback: drop each victim's array so its piece is freed."""
         for sid in sids:
             storage = self._storages.get(sid)
-            if storage is None or storage.array is None:
+            if storage is None or storage.array is None or storage.held:
                 continue
             if self.xp is None:
                 offset, storage.array = storage.array, None
@@ -474,7 +499,7 @@ class Runtime:
         if self.trace is not None:
             self.trace.release(storage)
         if storage.op is None or storage.array is None or self._pins.get(storage.sid):
-            return   # constants live as long as a reader; pinned ones are released on unpin
+            return   # constants live as long as a reader; pinned ones are dropped on unpin
         if self.arena.has_storage(storage.sid) and not storage.held:
             self._evict([storage.sid])
 
@@ -508,7 +533,9 @@ class Runtime:
             else:
                 del self._pins[s.sid]
                 if s.users == 0 and s.op is not None and s.array is not None:
-                    self._release(s)
+                    # no Tensor holds it (released while pinned, or recomputed as a dependency):
+                    # drop its memory; the program released it once, already recorded
+                    self._evict_eagerly(s)
 
     # ---- arrays -----------------------------------------------------------------------------
 
@@ -530,10 +557,14 @@ class Runtime:
         return array
 
     def _array(self, view):
+        if view.storage.array is None:
+            raise RuntimeError(f"storage {view.storage.sid} is not resident")
         return _build(self.xp, view.storage.array, view)
 
     def _to_host(self, array):
-        return numpy.array(array if self.xp is numpy else self.xp.asnumpy(array), copy=True)
+        # a fresh context has NumPy's default handler: the copy is made outside the arena even
+        # inside `with backend:`
+        return contextvars.Context().run(_host_copy, self.xp, array)
 
     def stats(self):
         """Runtime counters with the arena's; compute_overhead as DESIGN.md defines it."""
@@ -597,9 +628,15 @@ def _build(xp, flat, view):
     return xp.ndarray(view.shape, view.dtype, memptr=flat.data + view.offset, strides=view.strides)
 
 
+def _host_copy(xp, array):
+    return numpy.array(array if xp is numpy else xp.asnumpy(array), copy=True)
+
+
 def _held_elsewhere(flat):
     """True when something besides the storage refers to its memory (a user's view)."""
     # expected references to flat: the storage's attribute, this call's argument and
-    # getrefcount's; to the root: flat.base and getrefcount's argument (NumPy views of flat
-    # made by others point at the root)
-    return sys.getrefcount(flat) > 3 or sys.getrefcount(flat.base) > 2
+    # getrefcount's; to the root (flat.base): flat and getrefcount's argument. NumPy views made
+    # by others point at the root; CuPy views hold a MemoryPointer to the same memory object.
+    if sys.getrefcount(flat) > 3 or sys.getrefcount(flat.base) > 2:
+        return True
+    return not isinstance(flat, numpy.ndarray) and sys.getrefcount(flat.data.mem) > 2

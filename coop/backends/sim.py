@@ -12,10 +12,11 @@ class SimBackend:
 
     xp = None
 
-    def __init__(self, budget, policy="coop", alignment=512):
+    def __init__(self, budget, policy="coop", alignment=512, ideal=False):
         from coop.budget import parse_budget
         self.alignment = alignment
-        self.arena = Arena(parse_budget(budget), alignment)
+        # ideal: memory as a plain sum of sizes, no addresses (DTR's own simulator)
+        self.arena = Arena(parse_budget(budget), alignment, ideal=ideal)
         self.cls = EXPENSIVE
         self.policy = policy
         self.now = 0.0
