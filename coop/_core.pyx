@@ -58,6 +58,15 @@ cdef size_t _size_arg(value, str what) except? 0:
     return n
 
 
+cdef int _class_arg(value) except -1:
+    if isinstance(value, bool) or isinstance(value, float):
+        raise TypeError(f"class must be coop.EXPENSIVE or coop.CHEAP, got {value!r}")
+    cdef Py_ssize_t cls = _index(value)
+    if cls != EXPENSIVE and cls != CHEAP:
+        raise ValueError(f"class must be coop.EXPENSIVE (0) or coop.CHEAP (1), got {cls}")
+    return cls
+
+
 cdef double _cost_arg(value) except? -1.0:
     cost = float(value)
     if not isfinite(cost) or cost < 0.0:
@@ -405,9 +414,10 @@ cdef class Arena:
                     score = p.cprime / (<double>p.size * _stale(p.last_access, now))
                 elif policy == P_DTE:
                     m = <double>p.size
-                    if p.prev >= 0 and self.pieces_[p.prev].free:
+                    # an ideal arena has no neighbours in memory: nothing adjacent counts
+                    if not self.ideal and p.prev >= 0 and self.pieces_[p.prev].free:
                         m = m + self.pieces_[p.prev].size
-                    if p.next >= 0 and self.pieces_[p.next].free:
+                    if not self.ideal and p.next >= 0 and self.pieces_[p.next].free:
                         m = m + self.pieces_[p.next].size
                     score = p.cprime / (m * _stale(p.last_access, now))
                 elif policy == P_LRU:
@@ -512,7 +522,7 @@ cdef class Arena:
         """
         cdef size_t size = self._checked_request(nbytes)
         cdef int slot = self._unbound_slot(storage)
-        return self.c_allocate(size, cls, slot)
+        return self.c_allocate(size, _class_arg(cls), slot)
 
     def free(self, offset):
         """Free the used piece at offset; a storage bound to it becomes evicted."""
@@ -670,13 +680,14 @@ cdef class Arena:
         cdef size_t size = self._checked_request(nbytes)
         cdef int code = _policy_code(policy, self.ideal)
         cdef int slot = self._unbound_slot(storage)
+        cdef int placement = _class_arg(cls)
         cdef double clock = float(now)
         cdef vector[int] victims
         cdef double t0
         cdef Py_ssize_t off
         cdef size_t free_bytes
         while True:
-            off = self.c_allocate(size, cls, slot)
+            off = self.c_allocate(size, placement, slot)
             if off >= 0:
                 return off
             t0 = _monotonic()

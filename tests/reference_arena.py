@@ -15,6 +15,8 @@ CHEAP = 1
 NO_STORAGE = -1
 POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
 
+IDEAL_SPACE = 1 << 62  # bytes the pieces of an ideal arena tile
+
 # fields of a piece, a list [offset, size, storage id or None, free]
 OFFSET, SIZE, STORAGE, FREE = range(4)
 
@@ -55,7 +57,7 @@ class _Storage:
 class ReferenceArena:
     """Same API and semantics as coop.Arena."""
 
-    def __init__(self, nbytes, alignment=64):
+    def __init__(self, nbytes, alignment=64, ideal=False):
         alignment = _nonnegative(alignment, "alignment")
         if alignment == 0 or alignment & (alignment - 1):
             raise ValueError(f"alignment must be a power of two, got {alignment}")
@@ -64,7 +66,11 @@ class ReferenceArena:
         self.alignment = alignment
         if self.capacity == 0:
             raise ValueError(f"an arena of {nbytes} bytes holds no {alignment}-byte piece")
-        self._pieces = [[0, self.capacity, None, True]]
+        # an ideal arena counts bytes only: its pieces tile a space so large that placement never
+        # fails for want of a contiguous range; only the budget refuses requests
+        self.ideal = bool(ideal)
+        self._space = IDEAL_SPACE if self.ideal else self.capacity
+        self._pieces = [[0, self._space, None, True]]
         self._storages = {}  # sid -> _Storage
         self._classes = {}  # class id -> [set of member sids, cost]
         self._next_class = 0
@@ -98,10 +104,16 @@ class ReferenceArena:
             raise ValueError(f"unknown storage {sid}")
         return self._storages[sid]
 
+    @property
+    def used_bytes(self):
+        return sum(p[SIZE] for p in self._pieces if not p[FREE])
+
     def _free_bytes(self):
-        return sum(p[SIZE] for p in self._pieces if p[FREE])
+        return self.capacity - self.used_bytes
 
     def _largest_free(self):
+        if self.ideal:
+            return self._free_bytes()
         return max((p[SIZE] for p in self._pieces if p[FREE]), default=0)
 
     # ---- argument checks ---------------------------------------------------------------------
@@ -122,10 +134,11 @@ class ReferenceArena:
             raise ValueError(f"storage {sid} is already resident")
         return sid
 
-    @staticmethod
-    def _policy(policy):
+    def _policy(self, policy):
         if not isinstance(policy, str) or policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
+        if self.ideal and policy == "coop":
+            raise ValueError("an ideal arena has no addresses to scan: use a loop policy")
         return policy
 
     @staticmethod
@@ -146,6 +159,8 @@ class ReferenceArena:
 
     def _place(self, size, cls, sid):
         """Best fit of a rounded size; returns the offset or -1."""
+        if self.ideal and self.used_bytes + size > self.capacity:
+            return -1
         fits = [(p[SIZE], p[OFFSET], i) for i, p in enumerate(self._pieces)
                 if p[FREE] and p[SIZE] >= size]
         if not fits:
@@ -164,7 +179,7 @@ class ReferenceArena:
             piece[SIZE] -= size
             self._pieces.insert(i + 1, used)
         used[FREE] = False
-        self._peak_used = max(self._peak_used, self.capacity - self._free_bytes())
+        self._peak_used = max(self._peak_used, self.used_bytes)
         if sid is not None:
             self._bind(used, sid)
         return used[OFFSET]
@@ -223,11 +238,12 @@ class ReferenceArena:
         sid, nbytes = piece[STORAGE], piece[SIZE]
         if policy == "dtr":
             return self._cprime(sid) / (nbytes * self._staleness(sid, now))
-        if policy == "dte":
+        if policy == "dte" and not self.ideal:   # an ideal arena has no neighbours in memory
             if i > 0 and self._pieces[i - 1][FREE]:
                 nbytes += self._pieces[i - 1][SIZE]
             if i + 1 < len(self._pieces) and self._pieces[i + 1][FREE]:
                 nbytes += self._pieces[i + 1][SIZE]
+        if policy == "dte":
             return self._cprime(sid) / (nbytes * self._staleness(sid, now))
         if policy == "lru":
             return self._storages[sid].last_access
@@ -431,6 +447,7 @@ class ReferenceArena:
         free = self._free_bytes()
         return {
             "capacity": self.capacity,
+            "ideal": self.ideal,
             "used_bytes": self.capacity - free,
             "peak_used_bytes": self._peak_used,
             "free_bytes": free,
@@ -463,7 +480,8 @@ class ReferenceArena:
                 bound.add(p[STORAGE])
             previous_free = p[FREE]
             offset += p[SIZE]
-        assert offset == self.capacity, f"pieces cover {offset} of {self.capacity} bytes"
+        assert offset == self._space, f"pieces cover {offset} of {self._space} bytes"
+        assert self.used_bytes <= self.capacity, "more bytes used than the budget"
         for sid, st in self._storages.items():
             assert st.pins >= 0 and st.cost >= 0.0, f"storage {sid}: bad pins or cost"
             for n in st.neighbors:

@@ -30,9 +30,10 @@ def outcome(call):
 
 
 class ArenaComparison(RuleBasedStateMachine):
-    """Random calls on both arenas; ALIGNMENT is set by the subclasses."""
+    """Random calls on both arenas; the subclasses change ALIGNMENT and IDEAL."""
 
     ALIGNMENT = 64
+    IDEAL = False
 
     def __init__(self):
         super().__init__()
@@ -45,9 +46,9 @@ class ArenaComparison(RuleBasedStateMachine):
 
     @initialize(k=st.integers(4, 16) | st.integers(4, 64), extra=st.integers(0, 63))
     def create(self, k, extra):
-        self.core = coop.Arena(64 * k + extra, self.ALIGNMENT)
-        self.ref = ReferenceArena(64 * k + extra, self.ALIGNMENT)
-        assert self.core.capacity == self.ref.capacity
+        self.core = coop.Arena(64 * k + extra, self.ALIGNMENT, ideal=self.IDEAL)
+        self.ref = ReferenceArena(64 * k + extra, self.ALIGNMENT, ideal=self.IDEAL)
+        assert (self.core.capacity, self.core.ideal) == (self.ref.capacity, self.IDEAL)
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -181,8 +182,11 @@ class ArenaComparison(RuleBasedStateMachine):
 
     @rule(data=st.data(), policy=st.sampled_from(POLICIES))
     def choose_victims(self, data, policy):
-        kind, _ = self.both("choose_victims", self.request(data), policy, self.now(data))
-        assert kind == "ok"
+        args = (self.request(data), policy, self.now(data))
+        if self.IDEAL and policy == "coop":
+            self.refused("choose_victims", *args)  # no addresses to scan
+        else:
+            assert self.both("choose_victims", *args)[0] == "ok"
 
     @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP]), policy=st.sampled_from(POLICIES),
           owner=st.sampled_from(["frees"] * 6 + ["leaves", "pins", "unevictable"]))
@@ -193,6 +197,9 @@ class ArenaComparison(RuleBasedStateMachine):
     def evict_and_compare(self, nbytes, cls, policy, now, storage, owner="frees"):
         """owner: what the callback does with the last victim: frees it like the others, leaves it
         resident (a RuntimeError in both), or refuses it by pinning it or making it unevictable."""
+        if self.IDEAL and policy == "coop":
+            self.refused("allocate_or_evict", nbytes, cls, policy, now, _never_called, storage)
+            return
         logs = []
         results = []
         for arena in (self.core, self.ref):
@@ -289,9 +296,15 @@ class ArenaComparisonAlign8(ArenaComparison):
     ALIGNMENT = 8
 
 
+class ArenaComparisonIdeal(ArenaComparison):
+    IDEAL = True
+
+
 SETTINGS = settings(max_examples=200, stateful_step_count=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 ArenaComparison.TestCase.settings = SETTINGS
 ArenaComparisonAlign8.TestCase.settings = SETTINGS
+ArenaComparisonIdeal.TestCase.settings = SETTINGS
 TestArena = ArenaComparison.TestCase
 TestArenaAlign8 = ArenaComparisonAlign8.TestCase
+TestIdealArena = ArenaComparisonIdeal.TestCase

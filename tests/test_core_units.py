@@ -428,6 +428,35 @@ def test_coop_window_is_the_brute_force_minimum(seed):
         assert core.choose_victims(nbytes, "coop", now) == expected
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_windows_of_hundreds_of_pieces(seed):
+    """Windows far longer than a scan buffer would start with: core and reference agree."""
+    rng = random.Random(seed)
+    n = 320
+    arenas = [coop.Arena(8 * n, 8), ReferenceArena(8 * n, 8)]
+    costs = [rng.randint(0, 20) for _ in range(n)]
+    walls = {rng.randrange(n // 5), rng.randrange(n - 10, n)}  # segments of >= 240 pieces
+    holes = {i for i in range(n) if rng.random() < 0.1}
+    for arena in arenas:
+        for sid in range(n):
+            arena.add_storage(sid, costs[sid], [sid - 1] if sid and sid % 7 else ())
+            arena.allocate(8, EXPENSIVE, sid)
+        for sid in sorted(walls):
+            arena.pin(sid)
+        for sid in sorted(holes):
+            arena.free(8 * sid)
+    core, reference = arenas
+    assert core.pieces() == reference.pieces()
+    for nbytes in [8 * rng.randint(65, 200) for _ in range(4)] + [8 * n // 2]:
+        assert core.choose_victims(nbytes, "coop", 0) == reference.choose_victims(nbytes, "coop", 0)
+    assert len(reference.choose_victims(8 * 150, "coop", 0)) > 64
+    offsets = [arena.allocate_or_evict(8 * 150, CHEAP, "coop", 0, evictor(arena))
+               for arena in arenas]
+    assert offsets[0] == offsets[1]
+    assert core.pieces() == reference.pieces()
+    core.check()
+
+
 def test_coop_window_ties_go_to_the_lowest_address(Arena):
     arena = Arena(512)
     storages(arena, [2, 3, 5, 3, 2, 5])
@@ -734,3 +763,97 @@ def test_reference_check_detects_corruption(corrupt):
     corrupt(ref)
     with pytest.raises(AssertionError):
         ref.check()
+
+
+# ---- ideal arenas (memory as a plain sum of sizes) ----------------------------------------------
+
+def test_ideal_arena_counts_bytes_only(Arena):
+    arena = Arena(512, ideal=True)
+    assert (arena.ideal, arena.capacity, arena.used_bytes) == (True, 512, 0)
+    assert arena.pieces() == [(0, 2**62, True, -1)]
+    top = arena.allocate(64, CHEAP)
+    assert top == 2**62 - 64
+    arena.free(top)
+    a, b, c, d = (arena.allocate(128) for _ in range(4))
+    assert (a, b, c, d) == (0, 128, 256, 384)
+    assert arena.allocate(0) == -1
+    arena.free(a)
+    arena.free(c)
+    stats = arena.stats()
+    assert (stats["free_bytes"], stats["largest_free"], stats["ideal"]) == (256, 256, True)
+    # 256 bytes free in two ranges: enough in an ideal arena, placed at the best fit
+    assert arena.allocate(256) == 512
+    assert arena.allocate(64, CHEAP) == -1
+    arena.free(b)  # 0..384 is one free piece now
+    assert arena.allocate(64, CHEAP) == 320
+    assert arena.used_bytes == 448
+    arena.check()
+
+
+def test_real_arena_is_not_ideal(Arena):
+    arena = Arena(512)
+    assert (arena.ideal, arena.stats()["ideal"]) == (False, False)
+    build(arena, [(128, "free"), (128, None), (128, "free"), (128, None)])
+    assert arena.allocate(256) == -1
+
+
+def test_dtr_in_an_ideal_arena_stops_when_the_sum_fits(Arena):
+    arena = Arena(512, ideal=True)
+    storages(arena, [1, 5, 2, 5])
+    build(arena, [(128, sid) for sid in range(4)])
+    log = []
+    assert arena.allocate_or_evict(256, EXPENSIVE, "dtr", 0, evictor(arena, log)) == 512
+    assert log == [[0], [2]]
+    stats = arena.stats()
+    assert (stats["searches"], stats["evictions"], stats["bytes_evicted"]) == (2, 2, 256)
+    assert stats["fragmentation_rate"] == (0 + 128 / 512) / 2
+    real = Arena(512)
+    storages(real, [1, 5, 2, 5])
+    build(real, [(128, sid) for sid in range(4)])
+    log = []
+    assert real.allocate_or_evict(256, EXPENSIVE, "dtr", 0, evictor(real, log)) == 0
+    assert log == [[0], [2], [1]]
+
+
+def test_ideal_arena_refuses_the_coop_policy(Arena):
+    arena = Arena(512, ideal=True)
+    storages(arena, [1, 1])
+    build(arena, [(256, 0), (256, 1)])
+    before = snapshot(arena, (0, 1))
+    with pytest.raises(ValueError):
+        arena.choose_victims(64, "coop", 0)
+    with pytest.raises(ValueError):
+        arena.allocate_or_evict(64, EXPENSIVE, "coop", 0, _noop)
+    with pytest.raises(OutOfMemoryError):
+        arena.allocate(513)
+    assert snapshot(arena, (0, 1)) == before
+    assert arena.choose_victims(64, "lru", 0) == [0]
+    arena.check()
+
+
+def test_dte_in_an_ideal_arena_counts_no_neighbours(Arena):
+    # storage 1 sits next to the (2^62-byte) free tail of the address space: counted, it would
+    # make 1 the cheapest under dte although 0 costs half as much; an ideal arena scores as dtr
+    arena = Arena(512, ideal=True)
+    storages(arena, [1, 2])
+    build(arena, [(128, 0), (128, 1)])
+    assert arena.choose_victims(64, "dte", 0) == arena.choose_victims(64, "dtr", 0) == [0]
+    real = Arena(512)
+    storages(real, [1, 2])
+    build(real, [(128, 0), (128, 1)])
+    assert real.choose_victims(64, "dte", 0) == [1]
+
+
+@pytest.mark.parametrize("cls, error", [(2, ValueError), (-1, ValueError), (1.0, TypeError),
+                                        (True, TypeError), ("cheap", TypeError)])
+def test_a_bad_class_is_refused_and_changes_nothing(Arena, cls, error):
+    arena = Arena(512)
+    storages(arena, [1])
+    build(arena, [(128, 0)])
+    before = snapshot(arena, (0,))
+    with pytest.raises(error):
+        arena.allocate(64, cls)
+    with pytest.raises(error):
+        arena.allocate_or_evict(64, cls, "coop", 0, evictor(arena))
+    assert snapshot(arena, (0,)) == before
+    arena.check()
