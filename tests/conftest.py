@@ -1,5 +1,10 @@
-"""Shared test configuration: tests marked `cuda` run only where CuPy sees a CUDA device."""
+"""Shared test configuration: tests marked `cuda` run only where CuPy sees a CUDA device;
+fixtures for the runtime tests (kernels and graph helpers live in tests/_graphs.py)."""
+import gc
+
 import pytest
+
+import coop
 
 
 def _cuda_available():
@@ -16,3 +21,35 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device (cupy.cuda.is_available() is false)")
         for item in cuda_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(params=["core", "reference"])
+def Arena(request):
+    """The core's unit tests run on coop.Arena and on the plain-Python model alike."""
+    from reference_arena import ReferenceArena
+    return coop.Arena if request.param == "core" else ReferenceArena
+
+
+@pytest.fixture
+def make_rt():
+    """Factory of host runtimes with the deterministic cost model: make_rt(budget, policy)."""
+    def make(budget="1MiB", policy="coop", **options):
+        options.setdefault("cost", "cpu")
+        return coop.Runtime(coop.numpy_allocator(budget), policy=policy, **options)
+    return make
+
+
+@pytest.fixture
+def rt(make_rt):
+    """A 1 MiB coop runtime: nothing in the runtime tests' small graphs evicts unless asked."""
+    return make_rt()
+
+
+@pytest.fixture
+def no_gc():
+    """Frees must follow from reference counts alone: no cyclic collection while the test runs."""
+    enabled = gc.isenabled()
+    gc.disable()
+    yield
+    if enabled:
+        gc.enable()

@@ -1,0 +1,45 @@
+"""Helpers shared by the core's unit tests: build hand-made layouts on coop.Arena or the model."""
+from coop import EXPENSIVE, NO_STORAGE
+
+
+def build(arena, layout):
+    """Allocate layout's pieces from offset 0 up, then free those marked "free".
+
+    layout: (nbytes, what) pairs; what is None (anonymous), "free", or a registered storage id.
+    Returns the offsets.
+    """
+    offsets = [arena.allocate(nbytes, EXPENSIVE, what if isinstance(what, int) else NO_STORAGE)
+               for nbytes, what in layout]
+    for (_, what), offset in zip(layout, offsets):
+        if what == "free":
+            arena.free(offset)
+    return offsets
+
+
+def storages(arena, costs, neighbors=None):
+    """Register storages 0..n-1 with the given costs and neighbour lists."""
+    for sid, cost in enumerate(costs):
+        arena.add_storage(sid, cost, (neighbors or {}).get(sid, ()))
+
+
+def evictor(arena, log=None):
+    """An evict callback that frees each victim's piece (and records the victim lists)."""
+    def evict(victims):
+        if log is not None:
+            log.append(list(victims))
+        for sid in victims:
+            arena.free(arena.storage_info(sid)["offset"])
+    return evict
+
+
+def snapshot(arena, sids=()):
+    stats = arena.stats()
+    del stats["search_time"]
+    return arena.pieces(), [arena.storage_info(s) for s in sids], stats
+
+
+
+
+def _noop(victims):
+    raise AssertionError("the evict callback must not be called")
+
