@@ -4,8 +4,14 @@ A. Allocator overhead: an MLP's forward and backward passes in plain NumPy (many
    per step), timed with every data allocation served by the coop handler at a budget that never
    evicts (2x the workload's peak) and with NumPy's default handler, in the same process,
    alternating which goes first. Target: coop / plain <= 1.10.
+B. Per-op runtime overhead: `coop.apply(kernel, ...)` on coop Tensors (pin, run, time the
+   kernel, record the Op, make the output's Tensor, release it) against calling the kernel's
+   function directly on NumPy arrays, for a few kernels on small (16x16) and medium (256x256)
+   float64 arrays, at a budget that never evicts; --ops calls per run, median of --repeat runs,
+   order alternating. Reported in microseconds per op; the difference is the runtime's cost.
 
 Run: python benchmarks/bench_host.py [--repeat 7] [--steps 20] [--batch 64] [--width 512]
+     [--ops 2000]
 (OPENBLAS_NUM_THREADS=1 gives steadier numbers on a shared or small machine.)
 """
 import argparse
@@ -121,11 +127,63 @@ def part_a(args):
     return rows, summary
 
 
-def print_table(title, header, rows, summary):
+#: part B's kernels: name -> (function, number of array inputs)
+KERNELS_B = {
+    "add": (lambda a, b: a + b, 2),
+    "tanh": (np.tanh, 1),
+    "matmul": (lambda a, b: a @ b, 2),
+    "transpose (a view)": (lambda a: a.T, 1),
+}
+SIZES_B = {"small 16x16": 16, "medium 256x256": 256}
+
+
+def time_ops(call, inputs, ops):
+    """Seconds per call of call(*inputs), over `ops` calls (each result dropped at once)."""
+    start = time.perf_counter()
+    for _ in range(ops):
+        call(*inputs)
+    return (time.perf_counter() - start) / ops
+
+
+def part_b(args):
+    """Per-op overhead of coop.apply; returns the table's rows and a summary line."""
+    rng = np.random.default_rng(0)
+    rows, overheads = [], []
+    for size_name, n in SIZES_B.items():
+        arrays = [rng.standard_normal((n, n)) for _ in range(2)]
+        budget = 8 * (2 + 1) * arrays[0].nbytes + (1 << 20)   # inputs and outputs, many times over
+        rt = coop.Runtime(coop.numpy_allocator(budget))
+        tensors = [rt.tensor(a) for a in arrays]
+        ops = max(args.ops // (16 if n > 64 else 1), 50)
+        for kernel_name, (fn, arity) in KERNELS_B.items():
+            kernel = coop.Kernel(fn, name=kernel_name.split()[0])
+            times = {"direct": [], "apply": []}
+            for r in range(args.repeat):
+                for variant in (("direct", "apply") if r % 2 == 0 else ("apply", "direct")):
+                    if variant == "direct":
+                        times[variant].append(time_ops(fn, arrays[:arity], ops))
+                    else:
+                        times[variant].append(time_ops(coop.apply, [kernel] + tensors[:arity], ops))
+            direct, applied = statistics.median(times["direct"]), statistics.median(times["apply"])
+            rows.append((f"{kernel_name}, {size_name}", direct, applied, applied / direct))
+            overheads.append(applied - direct)
+        stats = rt.stats()
+        assert stats["arena_evictions"] == 0 and stats["recomputes"] == 0
+        assert stats["arena_used_bytes"] == sum(a.nbytes for a in arrays)   # every output released
+    low, high = min(overheads) * 1e6, max(overheads) * 1e6
+    summary = (f"coop.apply adds {low:.1f} to {high:.1f} us per op "
+               f"(median {statistics.median(overheads) * 1e6:.1f} us); {args.ops} calls per run on "
+               f"small arrays, {max(args.ops // 16, 50)} on medium ones")
+    return rows, summary
+
+
+def print_table(title, header, rows, summary, unit=1e3, digits=(2, 3)):
+    """Rows of (label, a, b, ratio); a and b are seconds, printed in 1/unit (ms by default)."""
     print(f"\n{title}")
     print(f"{header[0]:<40} {header[1]:>12} {header[2]:>12} {header[3]:>8}")
-    for label, total, per_step, ratio in rows:
-        print(f"{label:<40} {total * 1e3:>12.2f} {per_step * 1e3:>12.3f} {ratio:>8.3f}")
+    for label, first, second, ratio in rows:
+        print(f"{label:<40} {first * unit:>12.{digits[0]}f} {second * unit:>12.{digits[1]}f} "
+              f"{ratio:>8.3f}")
     print(summary)
 
 
@@ -136,6 +194,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--depth", type=int, default=4, help="hidden layers")
+    parser.add_argument("--ops", type=int, default=2000,
+                        help="part B: calls per run on small arrays (1/16 of it on medium ones)")
     args = parser.parse_args(argv)
     print("command:", shlex.join([sys.executable] + sys.argv))
     threads = {k: v for k, v in os.environ.items() if k.endswith("_NUM_THREADS")}
@@ -146,8 +206,10 @@ def main(argv=None):
     print_table(f"A. allocator overhead: MLP {args.depth}x{args.width}, batch {args.batch}, "
                 f"{args.steps} steps", ("variant", "run [ms]", "step [ms]", "ratio"), rows, summary)
 
-    # B. (to add) per-op overhead of coop.apply vs a direct kernel call: its own part_b()
-    # returning rows for print_table, called here after part A.
+    rows, summary = part_b(args)
+    print_table("B. per-op overhead: coop.apply vs the kernel called directly",
+                ("kernel, arrays (float64)", "direct [us]", "apply [us]", "ratio"), rows, summary,
+                unit=1e6, digits=(2, 2))
 
 
 if __name__ == "__main__":

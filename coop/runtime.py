@@ -70,6 +70,11 @@ class Runtime:
         if (policy == "dtr-ideal") != backend.arena.ideal:
             raise ValueError("policy 'dtr-ideal' needs, and only it takes, an ideal arena: "
                              "use coop.SimBackend(budget, ideal=True) with policy='dtr-ideal'")
+        previous = getattr(backend.evict, "__self__", None)
+        if isinstance(previous, Runtime) and len(previous._storages):
+            # its storage ids would collide with ours, and its evictions would reach us
+            raise ValueError("this backend already serves another coop.Runtime that still has "
+                             "tensors; make one backend per runtime")
         self.backend = backend
         self.arena = backend.arena
         self.xp = backend.xp
@@ -118,8 +123,9 @@ class Runtime:
 
     # ---- creating tensors -------------------------------------------------------------------
 
-    def tensor(self, data, dtype=None):
-        """A constant (never evicted) holding a copy of data, in the arena."""
+    def tensor(self, data, dtype=None, requires_grad=False):
+        """A constant (never evicted) holding a copy of data, in the arena; with
+        requires_grad, a leaf of the autograd graph (backward fills its ``.grad``)."""
         if self.xp is None:
             shape, dtype = data if _is_spec(data) else (numpy.shape(data), dtype or numpy.float32)
             storage = self._new_storage(None, 0)
@@ -138,7 +144,9 @@ class Runtime:
         self.arena.set_evictable(storage.sid, False)
         if self.trace is not None:
             self.trace.constant(storage)
-        return Tensor(view)
+        tensor = Tensor(view)
+        tensor.requires_grad = bool(requires_grad)
+        return tensor
 
     # ---- apply --------------------------------------------------------------------------------
 
@@ -610,6 +618,10 @@ def _nbytes(spec):
 
 def _flat(root):
     """The root array's bytes as one flat uint8 array (a view, never a copy)."""
+    if not (root.flags.c_contiguous or root.flags.f_contiguous):
+        # dense in another axis order (a ufunc's order="K" output for a transposed input):
+        # permute to memory order first, or reshape would copy
+        root = root.transpose(sorted(range(root.ndim), key=lambda a: -root.strides[a]))
     return root.reshape(-1, order="A").view("uint8")
 
 

@@ -12,6 +12,8 @@ import weakref
 
 import numpy
 
+from coop.autograd import TensorMethods
+
 
 class Storage:
     """One value's memory: resident (``array`` set) or not (evicted, released, or pending).
@@ -86,15 +88,22 @@ class Op:
         return f"<Op {self.kernel.name} cost={self.cost:.0f}ns>"
 
 
-class Tensor:
+class Tensor(TensorMethods):
     """A user's handle on a value: a view on a storage. Its memory is freed when the last
-    Tensor on the storage goes away (the value stays recomputable while an Op needs it)."""
+    Tensor on the storage goes away (the value stays recomputable while an Op needs it).
 
-    __slots__ = ("_view", "__weakref__")
+    Autograd (coop/autograd.py): ``grad_fn`` is the Node that made it (None for leaves and
+    outside the graph); ``grad`` accumulates a leaf's gradient; operators and op methods come
+    from TensorMethods."""
+
+    __slots__ = ("_view", "requires_grad", "grad", "grad_fn", "__weakref__")
 
     def __init__(self, view):
         self._view = view
         view.storage.users += 1
+        self.requires_grad = False
+        self.grad = None
+        self.grad_fn = None
 
     def __del__(self):
         storage = self._view.storage

@@ -1,0 +1,132 @@
+"""What the op modules share: shape rules, FLOP estimates, array helpers, argument checks.
+
+Shape rules and FLOP estimates take ``(shape, dtype)`` pairs (coop.Kernel's ``shape`` and
+``flops``); array helpers take the array module ``xp`` so kernels run on NumPy and CuPy alike.
+"""
+import functools
+import math
+import numbers
+
+import numpy
+
+from coop.autograd import record
+from coop.kernel import Kernel
+from coop.tensor import Tensor
+
+# ---- specs ----------------------------------------------------------------------------------
+
+
+def numel(shape):
+    return math.prod(shape)
+
+
+def like(index=0):
+    """Shape rule: the output is like input `index`."""
+    return lambda *specs, **attrs: specs[index]
+
+
+def broadcast(*specs, **attrs):
+    """Shape rule: elementwise over inputs broadcast together."""
+    return (numpy.broadcast_shapes(*(s for s, _ in specs)),
+            numpy.result_type(*(d for _, d in specs)))
+
+
+def elementwise_flops(per_element):
+    """FLOP estimate: per_element operations for each element of the largest input."""
+    return lambda *specs, **attrs: float(per_element * max(numel(s) for s, _ in specs))
+
+
+def axes_of(axis, ndim):
+    """axis (None, an int or a tuple) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axis = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    out = sorted(_normalize(int(a), ndim) for a in axis)
+    if len(set(out)) != len(out):
+        raise ValueError(f"repeated axis in {axis}")
+    return tuple(out)
+
+
+def _normalize(axis, ndim):
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of bounds for a {ndim}-d tensor")
+    return axis % ndim
+
+
+def reduced(shape, axes, keepdims):
+    """The shape left by reducing `axes` (a tuple from axes_of)."""
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+# ---- kernels ----------------------------------------------------------------------------------
+
+
+def op_kernel(fn, **options):
+    """A coop.Kernel whose NumPy scalar results become 0-d arrays (NumPy's 0-d arithmetic and
+    full reductions give scalars; the runtime takes arrays only)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(map(_array, out)) if isinstance(out, tuple) else _array(out)
+    return Kernel(run, **options)
+
+
+def _array(value):
+    return numpy.asarray(value) if isinstance(value, numpy.generic) else value
+
+
+# ---- ops of one tensor -------------------------------------------------------------------------
+
+
+def unary_op(name, forward, derivative, saves="x", flops=1):
+    """An op of one tensor: forward(xp, x, **attrs) -> y; derivative(xp, s, g, **attrs) -> dx,
+    where s is x or y (``saves``). Returns the op function."""
+    fwd = op_kernel(lambda x, xp, **attrs: forward(xp, x, **attrs), name=name, shape=like(0),
+                    flops=elementwise_flops(flops))
+    bwd = op_kernel(lambda s, g, xp, **attrs: derivative(xp, s, g, **attrs),
+                    name=f"{name}_backward", shape=like(1), flops=elementwise_flops(flops + 1))
+
+    def backward(node, g):
+        return (bwd(node.saved[0], g, **node.attrs),)
+
+    def op(x, **attrs):
+        out = fwd(x, **attrs)
+        return record(out, (x,), backward, saved=(x if saves == "x" else out,), name=name, **attrs)
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+# ---- arrays (inside kernels) ------------------------------------------------------------------
+
+
+def sum_to(a, shape):
+    """Sum a down to `shape` (the inverse of broadcasting shape to a.shape)."""
+    if a.shape == tuple(shape):
+        return a
+    lead = a.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and a.shape[lead + i] != 1)
+    return a.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+def fresh(xp, a):
+    """a as an array of its own (not a view of a kernel's input)."""
+    return xp.array(a, copy=True)
+
+
+# ---- arguments --------------------------------------------------------------------------------
+
+
+def is_scalar(value):
+    return isinstance(value, numbers.Number) and not isinstance(value, bool)
+
+
+def check_tensors(name, *values):
+    for i, v in enumerate(values):
+        if not isinstance(v, Tensor):
+            raise TypeError(f"{name}: argument {i} is a {type(v).__name__}, not a coop.Tensor; "
+                            "wrap arrays with runtime.tensor(...)")
+    return values

@@ -1,0 +1,172 @@
+"""Convolution and pooling on NCHW tensors, via sliding windows (stride tricks: no copy until
+the product) and tensordot: conv2d, its gradients ("conv2d_grad_input", "conv2d_grad_weight",
+EXPENSIVE in the paper's table), max_pool2d and avg_pool2d (square windows).
+"""
+from coop.autograd import record
+from coop.ops._common import check_tensors, numel, op_kernel
+from coop.ops.reduce import sum as reduce_sum
+
+
+def _windows(xp, x, kh, kw, stride, padding):
+    """The (N, C, OH, OW, kh, kw) windows of x zero-padded by `padding` (a strided view)."""
+    if padding:
+        x = xp.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    windows = xp.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
+    return windows[:, :, ::stride, ::stride]
+
+
+def _fold(xp, cols, shape, stride, padding):
+    """Sum window-shaped cols (N, C, OH, OW, kh, kw) back onto an image of `shape`: the
+    adjoint of _windows."""
+    n, c, h, w = shape
+    oh, ow, kh, kw = cols.shape[2:]
+    out = xp.zeros((n, c, h + 2 * padding, w + 2 * padding), dtype=cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride] += cols[:, :, :, :, i, j]
+    if padding:
+        out = xp.ascontiguousarray(out[:, :, padding:padding + h, padding:padding + w])
+    return out
+
+
+def _out_size(size, k, stride, padding):
+    out = (size + 2 * padding - k) // stride + 1
+    if out < 1:
+        raise ValueError(f"window {k} (stride {stride}, padding {padding}) does not fit in {size}")
+    return out
+
+
+def _conv_dims(x_shape, w_shape, stride, padding):
+    (n, c, h, w), (f, c_w, kh, kw) = x_shape, w_shape
+    if c != c_w:
+        raise ValueError(f"conv2d: input has {c} channels, weight expects {c_w}")
+    return n, f, _out_size(h, kh, stride, padding), _out_size(w, kw, stride, padding)
+
+
+# ---- conv2d -----------------------------------------------------------------------------------
+
+
+def _conv2d(x, w, *bias, xp, stride, padding):
+    cols = _windows(xp, x, w.shape[2], w.shape[3], stride, padding)
+    out = xp.tensordot(cols, w, axes=((1, 4, 5), (1, 2, 3)))          # (N, OH, OW, F)
+    if bias:
+        out += bias[0]
+    return xp.ascontiguousarray(out.transpose(0, 3, 1, 2))
+
+
+def _conv2d_grad_input(g, w, xp, stride, padding, x_shape):
+    cols = xp.tensordot(g, w, axes=((1,), (0,)))                       # (N, OH, OW, C, kh, kw)
+    return _fold(xp, cols.transpose(0, 3, 1, 2, 4, 5), x_shape, stride, padding)
+
+
+def _conv2d_grad_weight(x, g, xp, stride, padding, kernel_size):
+    cols = _windows(xp, x, kernel_size[0], kernel_size[1], stride, padding)
+    return xp.tensordot(g, cols, axes=((0, 2, 3), (0, 2, 3)))          # (F, C, kh, kw)
+
+
+def _conv_flops(n, f, oh, ow, c, kh, kw):
+    return 2.0 * n * f * oh * ow * c * kh * kw
+
+
+CONV2D = op_kernel(
+    _conv2d, name="conv2d",
+    shape=lambda x, w, *b, stride, padding: (_conv_dims(x[0], w[0], stride, padding), x[1]),
+    flops=lambda x, w, *b, stride, padding: _conv_flops(
+        *_conv_dims(x[0], w[0], stride, padding), *w[0][1:]))
+CONV2D_GRAD_INPUT = op_kernel(
+    _conv2d_grad_input, name="conv2d_grad_input",
+    shape=lambda g, w, stride, padding, x_shape: (tuple(x_shape), g[1]),
+    flops=lambda g, w, stride, padding, x_shape: _conv_flops(*g[0], *w[0][1:]))
+CONV2D_GRAD_WEIGHT = op_kernel(
+    _conv2d_grad_weight, name="conv2d_grad_weight",
+    shape=lambda x, g, stride, padding, kernel_size: ((g[0][1], x[0][1], *kernel_size), g[1]),
+    flops=lambda x, g, stride, padding, kernel_size: _conv_flops(*g[0], x[0][1], *kernel_size))
+
+
+def _conv2d_backward(node, g):
+    x, w = node.saved
+    stride, padding = node.attrs["stride"], node.attrs["padding"]
+    gx = gw = gb = None
+    if node.needs[0]:
+        gx = CONV2D_GRAD_INPUT(g, w, stride=stride, padding=padding, x_shape=x.shape)
+    if node.needs[1]:
+        gw = CONV2D_GRAD_WEIGHT(x, g, stride=stride, padding=padding, kernel_size=w.shape[2:])
+    if len(node.needs) > 2 and node.needs[2]:
+        gb = reduce_sum(g, axis=(0, 2, 3))
+    return gx, gw, gb
+
+
+def conv2d(x, w, b=None, stride=1, padding=0):
+    """Cross-correlation of x (N, C, H, W) with w (F, C, kh, kw) plus bias b (F,), zero
+    padding and stride the same along H and W -> (N, F, OH, OW)."""
+    inputs = check_tensors("conv2d", x, w, *(() if b is None else (b,)))
+    if x.ndim != 4 or w.ndim != 4 or (b is not None and b.shape != w.shape[:1]):
+        raise ValueError(f"conv2d: x (N, C, H, W), w (F, C, kh, kw), b (F,); got {x.shape}, "
+                         f"{w.shape}{'' if b is None else ', ' + str(b.shape)}")
+    attrs = dict(stride=int(stride), padding=int(padding))
+    return record(CONV2D(*inputs, **attrs), inputs, _conv2d_backward, saved=(x, w),
+                  name="conv2d", **attrs)
+
+
+# ---- pooling ----------------------------------------------------------------------------------
+
+
+def _pool_rule(x, k, stride):
+    n, c, h, w = x[0]
+    return (n, c, _out_size(h, k, stride, 0), _out_size(w, k, stride, 0)), x[1]
+
+
+def _pool_flops(x, *rest, k, stride, **attrs):
+    n, c, h, w = x[0]
+    return float(n * c * _out_size(h, k, stride, 0) * _out_size(w, k, stride, 0) * k * k)
+
+
+def _max_pool_backward(x, g, xp, k, stride):
+    n, c, oh, ow = g.shape
+    flat = _windows(xp, x, k, k, stride, 0).reshape(n, c, oh, ow, k * k)
+    picked = flat.argmax(axis=-1)[..., None] == xp.arange(k * k)      # the first maximum
+    return _fold(xp, (picked * g[..., None]).reshape(n, c, oh, ow, k, k), x.shape, stride, 0)
+
+
+def _avg_pool_backward(g, xp, k, stride, x_shape):
+    cols = xp.broadcast_to((g / (k * k))[..., None, None], g.shape + (k, k))
+    return _fold(xp, cols, x_shape, stride, 0)
+
+
+MAX_POOL = op_kernel(lambda x, xp, k, stride: _windows(xp, x, k, k, stride, 0).max(axis=(4, 5)),
+                     name="max_pool2d", shape=_pool_rule, flops=_pool_flops)
+AVG_POOL = op_kernel(lambda x, xp, k, stride: _windows(xp, x, k, k, stride, 0).mean(axis=(4, 5)),
+                     name="avg_pool2d", shape=_pool_rule, flops=_pool_flops)
+MAX_POOL_BACKWARD = op_kernel(_max_pool_backward, name="max_pool2d_backward",
+                              shape=lambda x, g, k, stride: x, flops=_pool_flops)
+AVG_POOL_BACKWARD = op_kernel(_avg_pool_backward, name="avg_pool2d_backward",
+                              shape=lambda g, k, stride, x_shape: (tuple(x_shape), g[1]),
+                              flops=lambda g, k, stride, x_shape: float(numel(g[0]) * k * k))
+
+
+def _max_pool_grad(node, g):
+    return (MAX_POOL_BACKWARD(node.saved[0], g, **node.attrs),)
+
+
+def _avg_pool_grad(node, g):
+    return (AVG_POOL_BACKWARD(g, x_shape=node.shapes[0], **node.attrs),)
+
+
+def _pool(kernel, backward, x, k, stride):
+    check_tensors(kernel.name, x)
+    if x.ndim != 4:
+        raise ValueError(f"{kernel.name}: x must be (N, C, H, W), got {x.shape}")
+    attrs = dict(k=int(k), stride=int(k if stride is None else stride))
+    saved = (x,) if kernel is MAX_POOL else ()
+    return record(kernel(x, **attrs), (x,), backward, saved=saved, name=kernel.name, **attrs)
+
+
+def max_pool2d(x, k, stride=None):
+    """Maximum over k x k windows of x (N, C, H, W), stride k unless given; the gradient goes
+    to the first maximum of each window."""
+    return _pool(MAX_POOL, _max_pool_grad, x, k, stride)
+
+
+def avg_pool2d(x, k, stride=None):
+    """Mean over k x k windows of x (N, C, H, W), stride k unless given."""
+    return _pool(AVG_POOL, _avg_pool_grad, x, k, stride)

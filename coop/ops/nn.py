@@ -1,0 +1,158 @@
+"""Neural-network ops: softmax, log_softmax, cross_entropy, dropout (a random kernel: its mask
+is replayed bit-exactly on recompute), embedding, and an LSTM cell composed of the other ops.
+"""
+from coop.autograd import record
+from coop.ops._common import (axes_of, check_tensors, elementwise_flops, like, numel, op_kernel,
+                              unary_op)
+from coop.ops.elementwise import add, mul, sigmoid, tanh
+from coop.ops.linalg import matmul
+from coop.ops.shape import getitem
+
+# ---- softmax ----------------------------------------------------------------------------------
+
+
+def _shifted(x, axis):
+    return x - x.max(axis=axis, keepdims=True)
+
+
+def _softmax(xp, x, axis):
+    e = xp.exp(_shifted(x, axis))
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def _log_softmax(xp, x, axis):
+    s = _shifted(x, axis)
+    return s - xp.log(xp.exp(s).sum(axis=axis, keepdims=True))
+
+
+_softmax_op = unary_op("softmax", _softmax,
+                       lambda xp, y, g, axis: y * (g - (g * y).sum(axis=axis, keepdims=True)),
+                       saves="y", flops=5)
+_log_softmax_op = unary_op("log_softmax", _log_softmax,
+                           lambda xp, y, g, axis: g - xp.exp(y) * g.sum(axis=axis, keepdims=True),
+                           saves="y", flops=5)
+
+
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along axis (computed shifted by the max)."""
+    return _softmax_op(x, axis=axes_of(axis, x.ndim)[0])
+
+
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) along axis."""
+    return _log_softmax_op(x, axis=axes_of(axis, x.ndim)[0])
+
+
+# ---- cross entropy ----------------------------------------------------------------------------
+
+
+def _cross_entropy(logits, targets, xp):
+    picked = xp.take_along_axis(_log_softmax(xp, logits, 1), targets[:, None], axis=1)
+    return -picked.mean()
+
+
+def _cross_entropy_backward(logits, targets, g, xp):
+    p = _softmax(xp, logits, 1)
+    p[xp.arange(targets.shape[0]), targets] -= 1
+    p *= g / targets.shape[0]
+    return p
+
+
+CROSS_ENTROPY = op_kernel(_cross_entropy, name="cross_entropy",
+                          shape=lambda logits, targets: ((), logits[1]),
+                          flops=elementwise_flops(6))
+CROSS_ENTROPY_BACKWARD = op_kernel(_cross_entropy_backward, name="cross_entropy_backward",
+                                   shape=like(0), flops=elementwise_flops(6))
+
+
+def _cross_entropy_grad(node, g):
+    return CROSS_ENTROPY_BACKWARD(*node.saved, g), None
+
+
+def cross_entropy(logits, targets):
+    """Mean over the batch of -log softmax(logits)[i, targets[i]]; logits (N, C), targets (N,)
+    integer class indices (a constant tensor)."""
+    check_tensors("cross_entropy", logits, targets)
+    if logits.ndim != 2 or targets.shape != logits.shape[:1] or targets.dtype.kind not in "iu":
+        raise ValueError(f"cross_entropy: logits (N, C) and integer targets (N,), got "
+                         f"{logits.shape} and {targets.shape} {targets.dtype}")
+    return record(CROSS_ENTROPY(logits, targets), (logits, targets), _cross_entropy_grad,
+                  saved=(logits, targets), name="cross_entropy")
+
+
+# ---- dropout ----------------------------------------------------------------------------------
+
+
+def _dropout(x, xp, rng, p):
+    mask = rng.random(x.shape, dtype="float32") >= p
+    return x * mask * (1.0 / (1.0 - p)), mask
+
+
+def _masked(g, mask, scale):
+    return g * mask * scale
+
+
+DROPOUT = op_kernel(_dropout, name="dropout", random=True,
+                    shape=lambda x, p: [x, (x[0], "bool")], flops=elementwise_flops(3))
+DROPOUT_BACKWARD = op_kernel(_masked, name="dropout_backward", shape=like(0),
+                             flops=elementwise_flops(2))
+
+
+def _dropout_backward(node, g):
+    return (DROPOUT_BACKWARD(g, node.saved[0], scale=node.attrs["scale"]),)
+
+
+def dropout(x, p=0.5, training=True):
+    """Zero each element with probability p and scale the rest by 1 / (1 - p) (identity when
+    not training). The mask is drawn from the op's recorded seed: recomputing replays it."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not training or p == 0.0:
+        return x
+    y, mask = DROPOUT(x, p=float(p))
+    return record(y, (x,), _dropout_backward, saved=(mask,), name="dropout",
+                  scale=1.0 / (1.0 - p))
+
+
+# ---- embedding --------------------------------------------------------------------------------
+
+
+def _embedding_backward(g, indices, xp, num):
+    out = xp.zeros((num,) + g.shape[indices.ndim:], dtype=g.dtype)
+    xp.add.at(out, indices, g)
+    return out
+
+
+EMBEDDING = op_kernel(lambda weight, indices: weight[indices], name="embedding",
+                      shape=lambda w, idx: (idx[0] + w[0][1:], w[1]))
+EMBEDDING_BACKWARD = op_kernel(_embedding_backward, name="embedding_backward",
+                               shape=lambda g, idx, num: ((num,) + g[0][len(idx[0]):], g[1]),
+                               flops=lambda g, idx, num: float(numel(g[0])))
+
+
+def _embedding_grad(node, g):
+    return EMBEDDING_BACKWARD(g, node.saved[0], num=node.shapes[0][0]), None
+
+
+def embedding(weight, indices):
+    """weight[indices]: rows of weight (V, D) for integer indices of any shape -> (*, D)."""
+    check_tensors("embedding", weight, indices)
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got {indices.dtype}")
+    return record(EMBEDDING(weight, indices), (weight, indices), _embedding_grad,
+                  saved=(indices,), name="embedding")
+
+
+# ---- LSTM -------------------------------------------------------------------------------------
+
+
+def lstm_cell(x, h, c, w_ih, w_hh, b):
+    """One LSTM step: x (N, D), h and c (N, H), w_ih (D, 4H), w_hh (H, 4H), b (4H,), gates in
+    the order input, forget, cell, output. Returns (h', c'), composed of differentiable ops."""
+    gates = add(add(matmul(x, w_ih), matmul(h, w_hh)), b)
+    size = h.shape[-1]
+    i, f, g, o = (getitem(gates, (slice(None), slice(k * size, (k + 1) * size)))
+                  for k in range(4))
+    c_next = add(mul(sigmoid(f), c), mul(sigmoid(i), tanh(g)))
+    return mul(sigmoid(o), tanh(c_next)), c_next

@@ -1,0 +1,128 @@
+"""Gradient checking for coop's ops: inputs by kind, runs on the host and in simulation, and
+central finite differences.
+
+Each evaluation runs in a fresh runtime with the same seed, so a random op (dropout) draws
+the same mask every time: finite differences see one fixed function.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+import coop
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One input: its shape, how its values are drawn, and whether it gets a gradient.
+
+    kinds: normal; positive (in [0.5, 2]); away (|x| >= 0.2: relu's kink is never crossed);
+    distinct (a shuffled grid 0.1 apart: no ties for max and pooling); int (in [0, high)).
+    """
+
+    shape: tuple
+    kind: str = "normal"
+    grad: bool = True
+    high: int = 0
+
+    def draw(self, rng, dtype):
+        n = int(np.prod(self.shape))
+        if self.kind == "int":
+            return rng.integers(0, self.high, self.shape)
+        if self.kind == "normal":
+            values = rng.standard_normal(n)
+        elif self.kind == "positive":
+            values = rng.uniform(0.5, 2.0, n)
+        elif self.kind == "away":
+            values = np.sign(rng.standard_normal(n)) * (0.2 + np.abs(rng.standard_normal(n)))
+        elif self.kind == "distinct":
+            values = (rng.permutation(n) - n / 2) * 0.1 + rng.uniform(-0.01, 0.01, n)
+        else:
+            raise ValueError(self.kind)
+        return values.reshape(self.shape).astype(dtype)
+
+
+def N(*shape):
+    return Arg(shape)
+
+
+def P(*shape):
+    return Arg(shape, "positive")
+
+
+def A(*shape):
+    return Arg(shape, "away")
+
+
+def D(*shape):
+    return Arg(shape, "distinct")
+
+
+def I(high, *shape):  # noqa: E743
+    return Arg(shape, "int", grad=False, high=high)
+
+
+def const(arg):
+    """The same input without a gradient (running statistics, masks)."""
+    return Arg(arg.shape, arg.kind, grad=False, high=arg.high)
+
+
+def draw(args, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return [arg.draw(rng, dtype) for arg in args]
+
+
+def host_runtime(budget="8MiB", policy="coop", seed=0):
+    return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost="cpu", seed=seed)
+
+
+def leaves(rt, args, arrays):
+    """Tensors for the inputs: host arrays, or (shape, dtype) specs in simulation."""
+    if rt.xp is None:
+        return [rt.tensor((a.shape, a.dtype), requires_grad=arg.grad)
+                for arg, a in zip(args, arrays)]
+    return [rt.tensor(a, requires_grad=arg.grad) for arg, a in zip(args, arrays)]
+
+
+def evaluate(fn, args, arrays):
+    """fn's output value on the inputs, in a fresh runtime."""
+    rt = host_runtime()
+    return fn(*leaves(rt, args, arrays)).numpy()
+
+
+def analytic(fn, args, arrays, weight, rt=None):
+    """(output, gradients of sum(output * weight) for the inputs with grad) from backward,
+    in rt or a fresh host runtime."""
+    rt = rt or host_runtime()
+    inputs = leaves(rt, args, arrays)
+    out = fn(*inputs)
+    value = out.numpy()
+    out.backward(rt.tensor(weight))
+    return value, [t.grad.numpy() for arg, t in zip(args, inputs) if arg.grad]
+
+
+def numeric(fn, args, arrays, weight, eps=1e-6):
+    """Central differences of sum(fn(inputs) * weight) for the inputs with grad."""
+    grads = []
+    for i, arg in enumerate(args):
+        if not arg.grad:
+            continue
+        grad = np.zeros_like(arrays[i])
+        for index in np.ndindex(arrays[i].shape):
+            value = {}
+            for sign in (1, -1):
+                moved = [a.copy() for a in arrays]
+                moved[i][index] += sign * eps
+                value[sign] = np.sum(evaluate(fn, args, moved) * weight)
+            grad[index] = (value[1] - value[-1]) / (2 * eps)
+        grads.append(grad)
+    return grads
+
+
+def specs(rt, fn, args, arrays):
+    """(shape, dtype) of the output and of each gradient, running fn and backward on rt."""
+    inputs = leaves(rt, args, arrays)
+    out = fn(*inputs)
+    seed = rt.tensor((out.shape, out.dtype) if rt.xp is None else np.ones(out.shape, out.dtype))
+    out.backward(seed)
+    return [(out.shape, out.dtype)] + [(t.grad.shape, t.grad.dtype)
+                                       for arg, t in zip(args, inputs) if arg.grad]

@@ -1,0 +1,169 @@
+"""Recording a run (docs/trace-format.md) and the simulation backend: the records and their
+ids/sizes are exact, a trace is of the program (the same under any budget), and the simulator
+takes the very decisions of the host backend on the same program."""
+import json
+
+import numpy as np
+import pytest
+
+import coop
+from _graphs import (ADDC, MATMUL, MiB, RELU_, T_AND_DEC, TRANSPOSE, evict, lower_bound,
+                     random_graph, run_graph)
+
+CPU = coop.DEVICES["cpu"]
+
+
+def records(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_a_recorded_run_writes_the_documented_records(tmp_path, rt):
+    path = tmp_path / "run.jsonl"
+    with rt.record(path) as writer:
+        assert rt.trace is writer
+        x = rt.tensor(np.arange(6.0).reshape(2, 3))
+        w = rt.tensor(np.ones((3, 2)))
+        rt.mark_start()
+        y = rt.apply(MATMUL, x, w)                           # 2x2: 32 bytes
+        v = rt.apply(TRANSPOSE, y)
+        a, b = rt.apply(T_AND_DEC, y)
+        out = rt.apply(RELU_, b)
+        z = rt.apply(ADDC, b, c=1.0)
+        del z
+        evict(rt, b)                                         # recomputes are not recorded
+        assert np.array_equal(b.numpy(), [[0.0, 0.0], [3.0, 3.0]])
+        del a, b, out
+        del y, v
+    assert rt.trace is None
+    call = lambda name, inputs, outputs, cost, cls: {                  # noqa: E731
+        "op": "call", "name": name, "inputs": inputs, "cost": cost, "cls": cls,
+        "outputs": [{"id": i, "size": s, "alias": k} for i, s, k in outputs]}
+    assert records(path) == [
+        {"op": "constant", "id": 0, "size": 48},
+        {"op": "constant", "id": 1, "size": 48},
+        {"op": "start"},
+        call("matmul", [0, 1], [(2, 32, -1)], CPU.cost_ns(24.0, 128), "expensive"),
+        call("transpose", [2], [(2, 0, 0)], CPU.cost_ns(0, 64), "cheap"),
+        call("t_and_dec", [2], [(2, 0, 0), (3, 32, -1)], CPU.cost_ns(0, 96), "cheap"),
+        {"op": "mutate", "name": "relu_", "inputs": [3], "mutated": [0],
+         "cost": CPU.cost_ns(0, 64), "cls": "cheap"},
+        call("add_scalar", [3], [(5, 32, -1)], CPU.cost_ns(0, 64), "cheap"),
+        {"op": "release", "id": 5},
+        {"op": "release", "id": 3},
+        {"op": "release", "id": 2},
+    ]
+    assert rt.stats()["releases"] == 3
+
+
+def defined_before_use(trace):
+    """Every id a record reads was declared earlier (constant or call output); each id is
+    released at most once and never read after its release."""
+    known, released = set(), set()
+    for record in trace:
+        reads = record.get("inputs", [])
+        if record["op"] == "release":
+            reads = [record["id"]]
+        if not set(reads) <= known - released:
+            return False
+        if record["op"] == "constant":
+            known.add(record["id"])
+        elif record["op"] == "call":
+            known.update(o["id"] for o in record["outputs"])
+        elif record["op"] == "release":
+            released.add(record["id"])
+    return True
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_trace_is_of_the_program_not_of_its_budget(tmp_path, seed):
+    """The same program recorded at an unlimited budget and near the lower bound (with
+    evictions and recomputes) gives the same trace, valid record by record."""
+    graph = random_graph(seed)
+    traces, recomputes = [], []
+    for budget in (64 * MiB, int(1.35 * lower_bound(graph))):
+        rt = coop.Runtime(coop.numpy_allocator(budget), cost="cpu")
+        path = tmp_path / f"{budget}.jsonl"
+        with rt.record(path):
+            run_graph(rt, graph)
+        traces.append(records(path))
+        recomputes.append(rt.stats()["recomputes"])
+    assert recomputes[0] == 0 < recomputes[1]
+    assert traces[0] == traces[1]
+    assert defined_before_use(traces[0])
+    kinds = {r["op"] for r in traces[0]}
+    assert kinds == {"constant", "call", "mutate", "release"}
+
+
+# ---- the simulation backend ---------------------------------------------------------------------
+
+def same(a, *others, **attrs):
+    return a
+
+
+# kernels that allocate exactly their outputs, so the host run has no temporaries either
+SIM = {
+    "matmul": coop.Kernel(lambda a, b: a @ b, name="matmul",
+                          flops=lambda a, b: 2.0 * a[0][0] * a[0][1] * b[0][1],
+                          shape=lambda a, b: ((a[0][0], b[0][1]), a[1])),
+    "tanh": coop.Kernel(np.tanh, name="tanh", shape=same),
+    "add": coop.Kernel(np.add, name="add", shape=same),
+    "transpose": coop.Kernel(lambda a: a.T, name="transpose", views=0,
+                             shape=lambda a: (a[0][::-1], a[1])),
+    "tanh_": coop.Kernel(lambda a: np.tanh(a, out=a), name="tanh_", inplace=0, shape=same),
+}
+
+
+def sim_program(rt, inputs):
+    """A chain of layers keeping every other output, then a sum of everything kept (which
+    recomputes what was evicted). Returns the arena's pieces and counters after every op."""
+    log = []
+
+    def apply(name, *args):
+        out = rt.apply(SIM[name], *args)
+        log.append((rt.arena.pieces(), rt.arena.stats()["evictions"], rt.stats()["recomputes"]))
+        return out
+
+    ws = [rt.tensor(d) for d in inputs]
+    h, keep = ws[0], []
+    for i in range(12):
+        h = apply("tanh", apply("matmul", h, ws[1 + i % 3]))
+        if i % 4 == 3:
+            apply("tanh_", h)
+        if i % 2:
+            keep.append(apply("add", h, apply("transpose", h)))
+    total = keep[0]
+    for k in keep[1:]:
+        total = apply("add", total, k)
+    stats = rt.stats()
+    del stats["arena_search_time"]
+    return log, stats
+
+
+def test_the_simulator_decides_alike_twice_and_like_the_host_backend():
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((32, 32)) for _ in range(4)]
+    specs = [((32, 32), np.float64)] * 4
+    for budget in (64 * 8192, 7 * 8192):
+        def sim():
+            return sim_program(coop.Runtime(coop.SimBackend(budget, alignment=64), cost="cpu"),
+                               specs)
+        first, second = sim(), sim()
+        assert first == second
+        host = sim_program(coop.Runtime(coop.numpy_allocator(budget), cost="cpu"), arrays)
+        assert host == first
+        stats = first[1]
+        if budget == 7 * 8192:
+            assert stats["arena_evictions"] > 0 and stats["recomputes"] > 0
+        else:
+            assert stats["arena_evictions"] == stats["recomputes"] == 0
+
+
+def test_the_simulator_needs_shape_rules():
+    rt = coop.Runtime(coop.SimBackend("1MiB"))
+    x = rt.tensor(((4, 4), np.float32))
+    assert x.storage.nbytes == 64 and rt.arena.storage_info(x.storage.sid)["evictable"] is False
+    with pytest.raises(TypeError, match="kernel 'add_scalar' has no shape rule"):
+        rt.apply(ADDC, x, c=1.0)
+    assert rt._pins == {}
+    rt.arena.check()
