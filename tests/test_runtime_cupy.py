@@ -1,0 +1,61 @@
+"""The runtime on the device: the same semantics as on the host, through the CuPy pool.
+
+These need a CUDA device (the `cuda` marker): without one CuPy cannot run kernels.
+"""
+import numpy as np
+import pytest
+
+import coop
+
+cupy = pytest.importorskip("cupy")
+
+KiB = 1 << 10
+
+
+@pytest.fixture(autouse=True)
+def _reset_allocator():
+    yield
+    cupy.cuda.set_allocator(None)
+
+
+def _chain(budget, policy):
+    """A chain of matmul/tanh/dropout ops summed at the end; returns (result, stats)."""
+    pool = coop.allocator(budget)
+    rt = coop.Runtime(pool, policy=policy)
+    rng = np.random.default_rng(0)
+    w = rt.tensor(rng.standard_normal((64, 64)) * 0.1)
+    h = rt.tensor(rng.standard_normal((64, 64)))
+    matmul = coop.Kernel(lambda a, b: a @ b, name="matmul")
+    tanh = coop.Kernel(lambda a, xp: xp.tanh(a), name="tanh")
+    dropout = coop.Kernel(lambda a, rng: a * (rng.random(a.shape) > 0.5), name="dropout",
+                          random=True)
+    acc = coop.Kernel(lambda s, a: s + a.sum(), name="acc")
+    hs = [h]
+    for _ in range(24):
+        hs.append(rt.apply(dropout, rt.apply(tanh, rt.apply(matmul, hs[-1], w))))
+    total = rt.tensor(np.zeros(1))
+    for t in reversed(hs):
+        total = rt.apply(acc, total, t)
+        rt.arena.check()
+    return total.numpy(), rt.stats()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("policy", ["coop", "dtr", "dte"])
+def test_recompute_on_the_device_is_bit_exact(policy):
+    expected, unlimited = _chain("64MiB", "coop")
+    budget = int(unlimited["arena_peak_used_bytes"] * 0.5) // 512 * 512
+    got, stats = _chain(budget, policy)
+    np.testing.assert_array_equal(got, expected)
+    assert stats["recomputes"] > 0 and stats["arena_evictions"] > 0
+
+
+@pytest.mark.cuda
+def test_a_tensor_on_the_device_is_a_piece_of_the_pool():
+    pool = coop.allocator("1MiB")
+    rt = coop.Runtime(pool, policy="coop")
+    x = rt.tensor(np.arange(256, dtype=np.float32))
+    with x.borrow() as a:
+        assert isinstance(a, cupy.ndarray) and pool.offset_of(a) is not None
+    assert pool.used_bytes() == 1 * KiB
+    np.testing.assert_array_equal(x.numpy(), np.arange(256, dtype=np.float32))
