@@ -1,6 +1,7 @@
 """The CuPy backend on fake device pointers (no GPU needed), plus `cuda` tests on a real device."""
 import gc
 import pickle
+import os
 import re
 import subprocess
 import sys
@@ -256,13 +257,15 @@ def test_free_all_blocks_with_base_forgets_the_reservation_only_when_idle():
     assert cupy.empty(10, dtype=cupy.uint8).data.ptr == BASE
 
 
-def test_import_coop_needs_no_cupy():
+def test_import_coop_needs_no_cupy(tmp_path):
     code = ("import sys; sys.modules['cupy'] = None; import coop; coop.Arena(512)\n"
             "assert 'coop.backends.cupy' not in sys.modules\n"
             "try: coop.allocator\n"
             "except ModuleNotFoundError as err: print(err)\n")
+    # the coop this test imported (installed, or built in place), not the bare source tree
+    env = dict(os.environ, PYTHONPATH=str(Path(coop.__file__).parent.parent))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).parent.parent, check=True)
+                         cwd=tmp_path, env=env, check=True)
     assert out.stdout == "coop.allocator needs CuPy: pip install cupy-cuda12x\n"
 
 
