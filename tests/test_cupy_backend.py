@@ -1,7 +1,7 @@
 """The CuPy backend on fake device pointers (no GPU needed), plus `cuda` tests on a real device."""
 import gc
-import pickle
 import os
+import pickle
 import re
 import subprocess
 import sys
