@@ -7,14 +7,15 @@ dropping a storage's array, and running its producer Op again (iteratively, pinn
 needs, evicting temporaries right after their one use).
 """
 import contextvars
-import sys
 import time
 import weakref
 
 import numpy
 
 from coop._core import CHEAP, EXPENSIVE
+from coop.arrays import _build, _flat, _host_copy, _view_of
 from coop.kernel import DEVICES, DeviceSpec, as_kernel
+from coop.residency import Residency, _unique
 from coop.tensor import Op, Storage, Tensor, View
 
 #: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place)
@@ -51,7 +52,7 @@ def apply(kernel, *inputs, **attrs):
     return get_runtime().apply(kernel, *inputs, **attrs)
 
 
-class Runtime:
+class Runtime(Residency):
     """The tape and its execution under one backend's budget.
 
     cost: None times host kernels (ns); a DeviceSpec or a name in coop.kernel.DEVICES models
@@ -425,126 +426,6 @@ class Runtime:
             storage.nbytes, cls if self.partition else EXPENSIVE, self.backend.policy,
             self.clock, self._evict, storage=storage.sid)
 
-    # ---- residency --------------------------------------------------------------------------
-
-    def _make_resident(self, targets):
-        """Recompute every evicted storage in targets, iteratively (no recursion limit).
-
-        A frame is [storage, its producer's input storages, next input to pin]. Inputs are
-        pinned as they become resident; dependencies recomputed only for this call are evicted
-        right after the last pending op that reads them (eager eviction).
-        """
-        for target in targets:
-            if target.array is not None:
-                continue
-            needs = {}        # storage -> pending frames that read it
-            temps = set()     # recomputed here as dependencies
-            frames = [self._frame(target, needs)]
-            try:
-                while frames:
-                    frame = frames[-1]
-                    storage, inputs, i = frame
-                    if i < len(inputs):
-                        dep = inputs[i]
-                        if dep.array is None:
-                            if dep.op is None:
-                                raise RuntimeError(f"storage {dep.sid} was lost: it has no producer")
-                            frames.append(self._frame(dep, needs))
-                            temps.add(dep)
-                            continue
-                        self._pin([dep])
-                        frame[2] = i + 1
-                        continue
-                    if storage.array is None:
-                        self._recompute(storage.op)
-                        if storage.array is None:
-                            raise RuntimeError(f"recomputing {storage.op!r} did not produce "
-                                               f"storage {storage.sid}")
-                    self._unpin(inputs)
-                    frames.pop()
-                    for dep in inputs:
-                        needs[dep] -= 1
-                        if needs[dep] == 0 and dep in temps and dep not in targets:
-                            self._evict_eagerly(dep)
-            except BaseException:
-                # an error (out of memory while recomputing) leaves no dependency pinned; unpin
-                # without evicting: the traceback still refers to the failed kernel's arrays
-                for _, inputs, i in frames:
-                    self._unpin_quietly(inputs[:i])
-                raise
-
-    def _frame(self, storage, needs):
-        inputs = _unique(v.storage for v in storage.op.inputs)
-        for dep in inputs:
-            needs[dep] = needs.get(dep, 0) + 1
-        return [storage, inputs, 0]
-
-    def _evict_eagerly(self, storage):
-        info = self.arena.storage_info(storage.sid)
-        if info["resident"] and info["pins"] == 0 and info["evictable"]:
-            self._evict([storage.sid])
-            self.counters["eager_evictions"] += 1
-
-    def _evict(self, sids):
-        """The core's evict callback: drop each victim's array so its piece is freed."""
-        for sid in sids:
-            storage = self._storages.get(sid)
-            if storage is None or storage.array is None or storage.held:
-                continue
-            if self.xp is None:
-                offset, storage.array = storage.array, None
-                self.arena.free(offset)
-            elif _held_elsewhere(storage.array):
-                storage.held = True
-                self.counters["held"] += 1
-                self.arena.set_evictable(sid, False)
-            else:
-                storage.array = None
-
-    def _release(self, storage):
-        """The last Tensor on storage went away: free its memory now (the record may stay)."""
-        self.counters["releases"] += 1
-        if self.trace is not None:
-            self.trace.release(storage)
-        if storage.op is None or storage.array is None or self._pins.get(storage.sid):
-            return   # constants live as long as a reader; pinned ones are dropped on unpin
-        if self.arena.has_storage(storage.sid) and not storage.held:
-            self._evict([storage.sid])
-
-    def _forget(self, storage):
-        """storage's record died: nothing can need it any more."""
-        if self.arena.has_storage(storage.sid):
-            self.arena.remove_storage(storage.sid)
-        self._pins.pop(storage.sid, None)
-        if self.xp is None and storage.array is not None:
-            self.arena.free(storage.array)
-
-    def _pin(self, storages):
-        for s in storages:
-            self.arena.pin(s.sid)
-            self._pins[s.sid] = self._pins.get(s.sid, 0) + 1
-
-    def _unpin_quietly(self, storages):
-        """Unpin without releasing (the outputs' Tensors are about to be made)."""
-        for s in storages:
-            self.arena.unpin(s.sid)
-            self._pins[s.sid] -= 1
-            if not self._pins[s.sid]:
-                del self._pins[s.sid]
-
-    def _unpin(self, storages):
-        for s in storages:
-            self.arena.unpin(s.sid)
-            left = self._pins[s.sid] - 1
-            if left:
-                self._pins[s.sid] = left
-            else:
-                del self._pins[s.sid]
-                if s.users == 0 and s.op is not None and s.array is not None:
-                    # no Tensor holds it (released while pinned, or recomputed as a dependency):
-                    # drop its memory; the program released it once, already recorded
-                    self._evict_eagerly(s)
-
     # ---- arrays -----------------------------------------------------------------------------
 
     def _new_storage(self, op, index):
@@ -603,52 +484,6 @@ def _is_spec(value):
             and not isinstance(value[1], tuple))
 
 
-def _unique(storages):
-    seen = []
-    for s in storages:
-        if all(s is not t for t in seen):
-            seen.append(s)
-    return seen
-
-
 def _nbytes(spec):
     shape, dtype = spec
     return int(numpy.prod(shape, dtype=numpy.int64)) * numpy.dtype(dtype).itemsize
-
-
-def _flat(root):
-    """The root array's bytes as one flat uint8 array (a view, never a copy)."""
-    if not (root.flags.c_contiguous or root.flags.f_contiguous):
-        # dense in another axis order (a ufunc's order="K" output for a transposed input):
-        # permute to memory order first, or reshape would copy
-        root = root.transpose(sorted(range(root.ndim), key=lambda a: -root.strides[a]))
-    return root.reshape(-1, order="A").view("uint8")
-
-
-def _data_ptr(array):
-    return array.__array_interface__["data"][0] if isinstance(array, numpy.ndarray) else array.data.ptr
-
-
-def _view_of(storage, array, flat):
-    return View(storage, array.shape, array.dtype, array.strides, _data_ptr(array) - _data_ptr(flat))
-
-
-def _build(xp, flat, view):
-    """An array for view on a storage whose bytes are flat."""
-    if xp is numpy:
-        return numpy.ndarray(view.shape, view.dtype, buffer=flat, offset=view.offset, strides=view.strides)
-    return xp.ndarray(view.shape, view.dtype, memptr=flat.data + view.offset, strides=view.strides)
-
-
-def _host_copy(xp, array):
-    return numpy.array(array if xp is numpy else xp.asnumpy(array), copy=True)
-
-
-def _held_elsewhere(flat):
-    """True when something besides the storage refers to its memory (a user's view)."""
-    # expected references to flat: the storage's attribute, this call's argument and
-    # getrefcount's; to the root (flat.base): flat and getrefcount's argument. NumPy views made
-    # by others point at the root; CuPy views hold a MemoryPointer to the same memory object.
-    if sys.getrefcount(flat) > 3 or sys.getrefcount(flat.base) > 2:
-        return True
-    return not isinstance(flat, numpy.ndarray) and sys.getrefcount(flat.data.mem) > 2
