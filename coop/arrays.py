@@ -1,7 +1,7 @@
 """Arrays over arena memory: a storage's bytes as one flat array, and views rebuilt on it.
 
 Works for NumPy and CuPy alike; the runtime never caches views, so a storage's memory is held
-by its flat array alone (and by whatever a user borrowed, which _held_elsewhere detects).
+by its flat array alone (and by whatever a user borrowed, which held_elsewhere detects).
 """
 import sys
 
@@ -10,7 +10,7 @@ import numpy
 from coop.tensor import View
 
 
-def _flat(root):
+def flat_bytes(root):
     """The root array's bytes as one flat uint8 array (a view, never a copy)."""
     if not (root.flags.c_contiguous or root.flags.f_contiguous):
         # dense in another axis order (a ufunc's order="K" output for a transposed input):
@@ -19,26 +19,26 @@ def _flat(root):
     return root.reshape(-1, order="A").view("uint8")
 
 
-def _data_ptr(array):
+def data_ptr(array):
     return array.__array_interface__["data"][0] if isinstance(array, numpy.ndarray) else array.data.ptr
 
 
-def _view_of(storage, array, flat):
-    return View(storage, array.shape, array.dtype, array.strides, _data_ptr(array) - _data_ptr(flat))
+def view_of(storage, array, flat):
+    return View(storage, array.shape, array.dtype, array.strides, data_ptr(array) - data_ptr(flat))
 
 
-def _build(xp, flat, view):
+def build_view(xp, flat, view):
     """An array for view on a storage whose bytes are flat."""
     if xp is numpy:
         return numpy.ndarray(view.shape, view.dtype, buffer=flat, offset=view.offset, strides=view.strides)
     return xp.ndarray(view.shape, view.dtype, memptr=flat.data + view.offset, strides=view.strides)
 
 
-def _host_copy(xp, array):
+def host_copy(xp, array):
     return numpy.array(array if xp is numpy else xp.asnumpy(array), copy=True)
 
 
-def _held_elsewhere(flat):
+def held_elsewhere(flat):
     """True when something besides the storage refers to its memory (a user's view)."""
     # expected references to flat: the storage's attribute, this call's argument and
     # getrefcount's; to the root (flat.base): flat and getrefcount's argument. NumPy views made

@@ -4,7 +4,7 @@ The arena core chooses victims; this decides what evicting means (dropping a sto
 so its piece is freed) and recomputes evicted storages iteratively, pinning what a pending op
 needs and evicting dependencies recomputed only for this call right after their last use.
 """
-from coop.arrays import _held_elsewhere
+from coop.arrays import held_elsewhere
 
 
 class Residency:
@@ -77,7 +77,7 @@ class Residency:
             if self.xp is None:
                 offset, storage.array = storage.array, None
                 self.arena.free(offset)
-            elif _held_elsewhere(storage.array):
+            elif held_elsewhere(storage.array):
                 storage.held = True
                 self.counters["held"] += 1
                 self.arena.set_evictable(sid, False)

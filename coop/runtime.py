@@ -13,7 +13,7 @@ import weakref
 import numpy
 
 from coop._core import CHEAP, EXPENSIVE
-from coop.arrays import _build, _flat, _host_copy, _view_of
+from coop.arrays import build_view, flat_bytes, host_copy, view_of
 from coop.kernel import DEVICES, DeviceSpec, as_kernel
 from coop.residency import Residency, _unique
 from coop.tensor import Op, Storage, Tensor, View
@@ -202,7 +202,7 @@ class Runtime(Residency):
                     # recompute of an in-place op: copy the old value (its input), mutate the copy
                     i = kernel.inplace
                     fresh = self.xp.array(op.inputs[i].storage.array, copy=True)
-                    arrays[i] = _build(self.xp, fresh, op.inputs[i])
+                    arrays[i] = build_view(self.xp, fresh, op.inputs[i])
                 start = time.perf_counter_ns()
                 out = kernel.fn(*arrays, **attrs)
                 elapsed = time.perf_counter_ns() - start
@@ -244,7 +244,7 @@ class Runtime(Residency):
                 offset = self.backend.offset_of(root)
             if offset in by_offset:
                 storage = by_offset[offset]
-                views.append(_view_of(storage, o, storage.array))
+                views.append(view_of(storage, o, storage.array))
                 op.outputs.append(None)
                 continue
             if offset not in new:
@@ -253,7 +253,7 @@ class Runtime(Residency):
                 views.append(self._adopt_new(storage, o, root))
             else:
                 storage = new[offset]
-                views.append(_view_of(storage, o, storage.array))
+                views.append(view_of(storage, o, storage.array))
             # the record keeps the view's parameters, not its storage (that would be a cycle)
             op.outputs.append((weakref.ref(storage), views[-1].on(None)))
         del outs, o, root
@@ -291,11 +291,11 @@ class Runtime(Residency):
             if storage is None or storage.array is not None:
                 continue
             root = self._root(o)
-            view = _view_of(storage, o, _flat(root))
+            view = view_of(storage, o, flat_bytes(root))
             if view.shape != entry[1].shape or view.dtype != entry[1].dtype:
                 raise RuntimeError(f"kernel {op.kernel.name!r} returned {view.shape} {view.dtype} on "
                                    f"recompute, {entry[1].shape} {entry[1].dtype} the first time")
-            storage.array = _flat(root)
+            storage.array = flat_bytes(root)
             self.arena.bind(self.backend.offset_of(root), storage.sid)
         del outs
         self.counters["recomputes"] += 1
@@ -380,7 +380,7 @@ class Runtime(Residency):
         else:
             with self.backend:
                 self.backend.cls = cls if self.partition else EXPENSIVE
-                dst.array = _flat(self.xp.array(src.array, copy=True))
+                dst.array = flat_bytes(self.xp.array(src.array, copy=True))
                 self.backend.cls = EXPENSIVE
             self.arena.bind(self.backend.offset_of(dst.array), dst.sid)
         self.arena.touch(dst.sid, self.clock)
@@ -436,9 +436,9 @@ class Runtime(Residency):
         return storage
 
     def _adopt_new(self, storage, array, root):
-        storage.array = _flat(root)
+        storage.array = flat_bytes(root)
         storage.nbytes = storage.array.nbytes
-        return _view_of(storage, array, storage.array)
+        return view_of(storage, array, storage.array)
 
     def _root(self, array):
         while isinstance(array.base, self.xp.ndarray):
@@ -448,12 +448,12 @@ class Runtime(Residency):
     def _array(self, view):
         if view.storage.array is None:
             raise RuntimeError(f"storage {view.storage.sid} is not resident")
-        return _build(self.xp, view.storage.array, view)
+        return build_view(self.xp, view.storage.array, view)
 
     def _to_host(self, array):
         # a fresh context has NumPy's default handler: the copy is made outside the arena even
         # inside `with backend:`
-        return contextvars.Context().run(_host_copy, self.xp, array)
+        return contextvars.Context().run(host_copy, self.xp, array)
 
     def stats(self):
         """Runtime counters with the arena's; compute_overhead as DESIGN.md defines it."""
