@@ -265,6 +265,10 @@ class Runtime(Residency):
         for offset, storage in new.items():
             self.arena.add_storage(storage.sid, op.cost, neighbours)
             self.arena.bind(offset, storage.sid)
+        return self._record(op, views)
+
+    def _record(self, op, views):
+        """A first run is done: link the op to its inputs, account it, hand out Tensors."""
         for v in op.inputs:
             v.storage.consumers.add(op)
         self._account(op, recompute=False)
@@ -413,13 +417,7 @@ class Runtime(Residency):
                 placed.append(storage)
         finally:
             self._unpin_quietly(placed)
-        for v in op.inputs:
-            v.storage.consumers.add(op)
-        self._account(op, recompute=False)
-        if self.trace is not None:
-            self.trace.call(op, views)
-        tensors = tuple(Tensor(v) for v in views)
-        return tensors if len(tensors) > 1 else tensors[0]
+        return self._record(op, views)
 
     def _sim_place(self, storage, cls):
         storage.array = self.arena.allocate_or_evict(

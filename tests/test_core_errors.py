@@ -100,13 +100,8 @@ def test_evict_callback_that_frees_part_of_the_window(Arena):
     arena.check()
 
 
-@pytest.mark.parametrize("refuse", ["pin", "unevictable"])
-def test_evict_callback_may_refuse_a_victim(Arena, refuse):
-    arena = Arena(256)
-    storages(arena, [1, 2, 3, 4])
-    build(arena, [(64, sid) for sid in range(4)])
-    log = []
-
+def refusing_evictor(arena, log, refuse):
+    """Frees every victim but storage 0, which it refuses by pinning it or marking it unevictable."""
     def evict(victims):
         log.append(list(victims))
         for sid in victims:
@@ -114,7 +109,16 @@ def test_evict_callback_may_refuse_a_victim(Arena, refuse):
                 arena.pin(0) if refuse == "pin" else arena.set_evictable(0, False)
             else:
                 arena.free(arena.storage_info(sid)["offset"])
+    return evict
 
+
+@pytest.mark.parametrize("refuse", ["pin", "unevictable"])
+def test_evict_callback_may_refuse_a_victim(Arena, refuse):
+    arena = Arena(256)
+    storages(arena, [1, 2, 3, 4])
+    build(arena, [(64, sid) for sid in range(4)])
+    log = []
+    evict = refusing_evictor(arena, log, refuse)
     assert arena.allocate_or_evict(64, EXPENSIVE, "dtr", 0, evict) == 64
     assert log == [[0], [1]]
     stats = arena.stats()
@@ -128,15 +132,7 @@ def test_evict_callback_may_refuse_part_of_a_window(Arena):
     storages(arena, [1, 2, 3, 4])
     build(arena, [(64, sid) for sid in range(4)])
     log = []
-
-    def evict(victims):
-        log.append(list(victims))
-        for sid in victims:
-            if sid == 0:
-                arena.pin(0)
-            else:
-                arena.free(arena.storage_info(sid)["offset"])
-
+    evict = refusing_evictor(arena, log, "pin")
     assert arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evict) == 64
     # [0, 1] costs 3; with 0 pinned, [free, 2] costs 3 and [2, 3] costs 7
     assert log == [[0, 1], [2]]
