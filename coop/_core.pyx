@@ -588,15 +588,18 @@ cdef class Arena:
             self.pieces_[st.piece].candidate = False
             self.pieces_[st.piece].cprime = 0.0
             st.piece = -1
+        for n in self.adjacency[slot]:
+            _remove(self.adjacency[n], slot)
         if c >= 0:
+            # only an evicted storage counts in its neighbours' c': refresh them now that it
+            # is gone (the class's frontier, and the neighbours themselves if the class died)
             self._class_leave(slot)
             if self.classes[c].head >= 0:
                 self._refresh_class(c)
-        for n in self.adjacency[slot]:
-            _remove(self.adjacency[n], slot)
-            if self.storages[n].piece >= 0:
-                self.storages[n].cprime = self._cprime(n)
-                self._sync(n)
+            for n in self.adjacency[slot]:
+                if self.storages[n].piece >= 0:
+                    self.storages[n].cprime = self._cprime(n)
+                    self._sync(n)
         self.adjacency[slot].clear()
         self.by_sid.erase(self.storages[slot].sid)
         self.storages[slot].live = False

@@ -83,7 +83,7 @@ def backward(root, grad=None, retain_graph=False):
     node's gradient is the sum (add_n) of what its consumers sent. Unless retain_graph, each
     node is released right after its backward, so saved tensors die as the pass proceeds.
     """
-    from coop import ops
+    ops = _ops()
     if not root.requires_grad:
         raise RuntimeError("backward() on a tensor that does not require grad: create leaves "
                            "with runtime.tensor(data, requires_grad=True)")
@@ -98,9 +98,6 @@ def backward(root, grad=None, retain_graph=False):
         if root.grad_fn is None:
             _accumulate(root, grad)
             return
-        if root.grad_fn.edges is None:
-            raise RuntimeError("backward through a graph a second time: its saved tensors were "
-                               "released; pass retain_graph=True to the first backward()")
         pending = {root.grad_fn: grad}
         handed = set()   # storages given to leaves in this pass: each leaf gets its own
         del grad
@@ -126,13 +123,12 @@ def backward(root, grad=None, retain_graph=False):
 def _accumulate(leaf, grad, handed=None):
     """leaf.grad += grad; a first gradient is stored as is, unless another leaf holds its
     storage (``add(x, y)`` sends one gradient to both): then as a copy."""
-    from coop import ops
     if leaf.grad is not None:
-        leaf.grad = ops.add_n(leaf.grad, grad)
+        leaf.grad = _ops().add_n(leaf.grad, grad)
         return
     if handed is not None:
         if grad.storage in handed:
-            grad = ops.copy(grad)
+            grad = _ops().copy(grad)
         handed.add(grad.storage)
     leaf.grad = grad.detach()
 
@@ -144,8 +140,9 @@ def _reverse_topological(root):
     while stack:
         node = stack.pop()
         if node.edges is None:
-            raise RuntimeError(f"backward reached {node!r}, whose graph was already released; "
-                               "pass retain_graph=True to the first backward()")
+            raise RuntimeError(f"backward through {node!r} a second time: the graph's saved "
+                               "tensors were released; pass retain_graph=True to the first "
+                               "backward()")
         for edge in node.edges:
             if isinstance(edge, Node) and edge not in seen:
                 seen.add(edge)
@@ -154,7 +151,7 @@ def _reverse_topological(root):
 
 
 def _ops():
-    from coop import ops
+    from coop import ops   # imported late: coop.ops imports coop.tensor, which imports us
     return ops
 
 

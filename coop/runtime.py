@@ -7,6 +7,7 @@ dropping a storage's array, and running its producer Op again (iteratively, pinn
 needs, evicting temporaries right after their one use).
 """
 import contextvars
+import math
 import time
 import weakref
 
@@ -208,6 +209,12 @@ class Runtime(Residency):
                 elapsed = time.perf_counter_ns() - start
                 if kernel.inplace is not None:
                     out = fresh if fresh is not None else arrays[kernel.inplace]
+                elif isinstance(out, numpy.generic) or (
+                        isinstance(out, tuple) and any(isinstance(o, numpy.generic) for o in out)):
+                    # NumPy returns scalars from full reductions: make them 0-d arrays, here
+                    # inside the arena
+                    out = tuple(_as_array(self.xp, o) for o in out) if isinstance(out, tuple) \
+                        else _as_array(self.xp, out)
         finally:
             backend.cls = EXPENSIVE
         del arrays, fresh
@@ -484,4 +491,8 @@ def _is_spec(value):
 
 def _nbytes(spec):
     shape, dtype = spec
-    return int(numpy.prod(shape, dtype=numpy.int64)) * numpy.dtype(dtype).itemsize
+    return math.prod(shape) * numpy.dtype(dtype).itemsize
+
+
+def _as_array(xp, value):
+    return xp.asarray(value) if isinstance(value, numpy.generic) else value

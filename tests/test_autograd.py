@@ -122,7 +122,7 @@ def test_operators_match_the_op_functions():
 
 
 def test_a_kernel_output_in_permuted_memory_order_is_adopted_without_a_copy():
-    """Regression (runtime._flat): a ufunc on a transposed input returns a dense array in
+    """Regression (arrays.flat_bytes): a ufunc on a transposed input returns a dense array in
     another axis order; its storage must be that array's memory, not a reshaped copy."""
     rt = host_runtime()
     x_np = np.arange(24.0).reshape(2, 3, 4)

@@ -101,3 +101,13 @@ def test_density_classifier_uses_cost_per_output_byte(make_rt):
 def test_bad_runtime_options(options, error, match):
     with pytest.raises(error, match=match):
         coop.Runtime(coop.numpy_allocator("1MiB"), **options)
+
+
+def test_numpy_scalars_become_zero_d_tensors_in_the_arena(make_rt):
+    rt = make_rt()
+    x = rt.tensor(np.arange(4.0))
+    total, peak = rt.apply(coop.Kernel(lambda a: (a.sum(), a.max()), name="stats"), x)
+    assert total.shape == () and total.numpy() == 6.0 and peak.numpy() == 3.0
+    assert rt.arena.storage_info(total.storage.sid)["resident"]
+    with pytest.raises(TypeError, match="returned float"):
+        rt.apply(coop.Kernel(lambda a: float(a.sum()), name="pyfloat"), x)

@@ -7,16 +7,32 @@ estimate (the simulation backend runs on those) and a class: matmul, batch_matmu
 conv2d_grad_input, conv2d_grad_weight and add_n are EXPENSIVE, the rest CHEAP.
 """
 from coop.ops.conv import avg_pool2d, conv2d, max_pool2d
-from coop.ops.elementwise import (add, add_n, copy, div, exp, gelu, log, mul, neg, ones_like, pow,
-                                  relu, sigmoid, sqrt, sub, tanh)
+from coop.ops.elementwise import (
+    add,
+    add_n,
+    copy,
+    div,
+    exp,
+    gelu,
+    log,
+    mul,
+    neg,
+    ones_like,
+    pow,
+    relu,
+    sigmoid,
+    sqrt,
+    sub,
+    tanh,
+)
 from coop.ops.linalg import matmul
-from coop.ops.nn import (cross_entropy, dropout, embedding, log_softmax, lstm_cell, softmax)
+from coop.ops.nn import cross_entropy, dropout, embedding, log_softmax, lstm_cell, softmax
 from coop.ops.norm import batch_norm, layer_norm
-from coop.ops.reduce import expand, max, mean, sum, sum_to, var
+from coop.ops.reduce import max, mean, sum, sum_to, var
 from coop.ops.shape import broadcast_to, concatenate, getitem, reshape, stack, transpose
 
 __all__ = ["add", "add_n", "avg_pool2d", "batch_norm", "broadcast_to", "concatenate", "conv2d",
-           "copy", "cross_entropy", "div", "dropout", "embedding", "exp", "expand", "gelu",
-           "getitem", "layer_norm", "log", "log_softmax", "lstm_cell", "matmul", "max",
-           "max_pool2d", "mean", "mul", "neg", "ones_like", "pow", "relu", "reshape", "sigmoid",
-           "softmax", "sqrt", "stack", "sub", "sum", "sum_to", "tanh", "transpose", "var"]
+           "copy", "cross_entropy", "div", "dropout", "embedding", "exp", "gelu", "getitem",
+           "layer_norm", "log", "log_softmax", "lstm_cell", "matmul", "max", "max_pool2d", "mean",
+           "mul", "neg", "ones_like", "pow", "relu", "reshape", "sigmoid", "softmax", "sqrt",
+           "stack", "sub", "sum", "sum_to", "tanh", "transpose", "var"]

@@ -7,8 +7,18 @@ broadcasting op sums its gradients down to the inputs' shapes inside the kernel.
 import math
 
 from coop.autograd import record
-from coop.ops._common import (broadcast, check_tensors, elementwise_flops, fresh, is_scalar,
-                              like, numel, op_kernel, sum_to, unary_op)
+from coop.ops._common import (
+    broadcast,
+    check_tensors,
+    elementwise_flops,
+    fresh,
+    is_scalar,
+    like,
+    numel,
+    op_kernel,
+    sum_to,
+    unary_op,
+)
 
 # ---- unary ------------------------------------------------------------------------------------
 

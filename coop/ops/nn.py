@@ -2,8 +2,15 @@
 is replayed bit-exactly on recompute), embedding, and an LSTM cell composed of the other ops.
 """
 from coop.autograd import record
-from coop.ops._common import (axes_of, check_tensors, elementwise_flops, like, numel, op_kernel,
-                              unary_op)
+from coop.ops._common import (
+    axes_of,
+    check_tensors,
+    elementwise_flops,
+    like,
+    numel,
+    op_kernel,
+    unary_op,
+)
 from coop.ops.elementwise import add, mul, sigmoid, tanh
 from coop.ops.linalg import matmul
 from coop.ops.shape import getitem

@@ -4,7 +4,8 @@
 Their backward kernels broadcast the gradient back (``expand``), scaled or masked.
 """
 from coop.autograd import record
-from coop.ops._common import axes_of, numel, op_kernel, reduced, sum_to as _sum_to
+from coop.ops._common import axes_of, numel, op_kernel, reduced
+from coop.ops._common import sum_to as _sum_to
 
 
 def _reduce_rule(x, axis, keepdims):
