@@ -1,5 +1,5 @@
 """coop: train NumPy-style models under a hard memory budget."""
-from coop import ops
+from coop import models, nn, ops, optim
 from coop._core import CHEAP, EXPENSIVE, NO_STORAGE, POLICIES, Arena
 from coop.autograd import is_grad_enabled, no_grad
 from coop.backends.host import numpy_allocator
@@ -12,8 +12,8 @@ from coop.tensor import Tensor
 
 __all__ = ["Arena", "CHEAP", "DEVICES", "DeviceSpec", "EXPENSIVE", "Kernel", "NO_STORAGE",
            "OutOfMemoryError", "POLICIES", "POLICY_TABLE", "Runtime", "SimBackend", "Tensor",
-           "apply", "get_runtime", "is_grad_enabled", "kernel", "no_grad", "numpy_allocator",
-           "ops", "parse_budget"]
+           "apply", "get_runtime", "is_grad_enabled", "kernel", "models", "nn", "no_grad",
+           "numpy_allocator", "ops", "optim", "parse_budget"]
 __version__ = "0.1.0"
 
 

@@ -151,7 +151,9 @@ def _reverse_topological(root):
 
 
 def _ops():
-    from coop import ops   # imported late: coop.ops imports coop.tensor, which imports us
+    from coop import (
+        ops,  # imported late: coop.ops imports coop.tensor, which imports us
+    )
     return ops
 
 

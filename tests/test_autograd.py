@@ -6,9 +6,9 @@ import weakref
 
 import numpy as np
 import pytest
+from _gradcheck import host_runtime
 
 import coop
-from _gradcheck import host_runtime
 from coop import ops
 
 

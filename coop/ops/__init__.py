@@ -26,7 +26,14 @@ from coop.ops.elementwise import (
     tanh,
 )
 from coop.ops.linalg import matmul
-from coop.ops.nn import cross_entropy, dropout, embedding, log_softmax, lstm_cell, softmax
+from coop.ops.nn import (
+    cross_entropy,
+    dropout,
+    embedding,
+    log_softmax,
+    lstm_cell,
+    softmax,
+)
 from coop.ops.norm import batch_norm, layer_norm
 from coop.ops.reduce import max, mean, sum, sum_to, var
 from coop.ops.shape import broadcast_to, concatenate, getitem, reshape, stack, transpose

@@ -1,0 +1,19 @@
+"""Neural-network modules on coop Tensors (see coop/nn/module.py for the conventions:
+modules take the runtime first, parameters are pinned constants, initialization is seeded)."""
+from coop.nn.layers import (
+    GELU,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Embedding,
+    LayerNorm,
+    Linear,
+    ReLU,
+)
+from coop.nn.module import Module, Parameter, Sequential, make_buffer, make_parameter
+from coop.nn.recurrent import LSTM
+from coop.nn.transformer import CausalSelfAttention, TransformerBlock
+
+__all__ = ["GELU", "LSTM", "BatchNorm2d", "CausalSelfAttention", "Conv2d", "Dropout",
+           "Embedding", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential",
+           "TransformerBlock", "make_buffer", "make_parameter"]

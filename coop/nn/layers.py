@@ -1,0 +1,146 @@
+"""Basic layers: Linear, Embedding, LayerNorm, BatchNorm2d, Conv2d, Dropout and activations.
+
+Weights are stored in the layout the ops take directly: Linear's weight is (in, out) so the
+forward is ``x @ W + b`` without a transpose. Default initializations follow PyTorch's
+(uniform(+-1/sqrt(fan_in)) for Linear and Conv2d, N(0, 1) for Embedding); ``init_std`` draws
+N(0, std^2) instead (GPT-2 uses 0.02).
+"""
+import math
+
+import numpy
+
+from coop import ops
+from coop.nn.module import (
+    Module,
+    as_tensor,
+    constant,
+    generator,
+    make_buffer,
+    make_parameter,
+    normal,
+    runtime_of,
+    uniform,
+)
+
+
+class Linear(Module):
+    """y = x @ weight + bias for x (..., in_features); weight (in, out), bias (out,)."""
+
+    def __init__(self, rt, in_features, out_features, bias=True, rng=None, dtype=numpy.float32,
+                 init_std=None):
+        super().__init__()
+        rt, rng = runtime_of(rt), generator(rng)
+        self.in_features, self.out_features = in_features, out_features
+        draw = uniform(rng, 1.0 / math.sqrt(in_features)) if init_std is None \
+            else normal(rng, init_std)
+        self.weight = make_parameter(rt, (in_features, out_features), dtype, draw)
+        self.bias = make_parameter(rt, (out_features,), dtype,
+                                   draw if init_std is None else constant(0.0)) if bias else None
+
+    def forward(self, x):
+        y = ops.matmul(x, self.weight)
+        return y if self.bias is None else ops.add(y, self.bias)
+
+    def extra_repr(self):
+        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    """Rows of weight (num, dim) for integer indices (a Tensor or an int array) -> (*, dim)."""
+
+    def __init__(self, rt, num_embeddings, embedding_dim, rng=None, dtype=numpy.float32,
+                 init_std=1.0):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = make_parameter(rt, (num_embeddings, embedding_dim), dtype,
+                                     normal(generator(rng), init_std))
+
+    def forward(self, indices):
+        return ops.embedding(self.weight, as_tensor(self.weight.runtime, indices))
+
+    def extra_repr(self):
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class LayerNorm(Module):
+    """Normalize over the trailing dims `shape`, then scale (ones) and shift (zeros)."""
+
+    def __init__(self, rt, shape, eps=1e-5, dtype=numpy.float32):
+        super().__init__()
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.eps = eps
+        self.weight = make_parameter(rt, shape, dtype, constant(1.0))
+        self.bias = make_parameter(rt, shape, dtype, constant(0.0))
+
+    def forward(self, x):
+        return ops.layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.weight.shape}, eps={self.eps}"
+
+
+class BatchNorm2d(Module):
+    """Per-channel normalization of (N, C, H, W): batch statistics in training (and the
+    running_mean/running_var buffers move toward them in place), running statistics in eval."""
+
+    def __init__(self, rt, channels, momentum=0.1, eps=1e-5, dtype=numpy.float32):
+        super().__init__()
+        self.momentum, self.eps = momentum, eps
+        self.weight = make_parameter(rt, (channels,), dtype, constant(1.0))
+        self.bias = make_parameter(rt, (channels,), dtype, constant(0.0))
+        self.register_buffer("running_mean", make_buffer(rt, (channels,), dtype, 0.0))
+        self.register_buffer("running_var", make_buffer(rt, (channels,), dtype, 1.0))
+
+    def forward(self, x):
+        return ops.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
+                              training=self.training, momentum=self.momentum, eps=self.eps)
+
+    def extra_repr(self):
+        return f"{self.weight.shape[0]}"
+
+
+class Conv2d(Module):
+    """2-D cross-correlation of NCHW input with a square kernel; weight (out, in, k, k)."""
+
+    def __init__(self, rt, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 bias=True, rng=None, dtype=numpy.float32):
+        super().__init__()
+        rng = generator(rng)
+        self.stride, self.padding = stride, padding
+        draw = uniform(rng, 1.0 / math.sqrt(in_channels * kernel_size * kernel_size))
+        self.weight = make_parameter(rt, (out_channels, in_channels, kernel_size, kernel_size),
+                                     dtype, draw)
+        self.bias = make_parameter(rt, (out_channels,), dtype, draw) if bias else None
+
+    def forward(self, x):
+        return ops.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
+
+    def extra_repr(self):
+        f, c, k, _ = self.weight.shape
+        return f"{c}, {f}, kernel_size={k}, stride={self.stride}, padding={self.padding}"
+
+
+class Dropout(Module):
+    """Zero elements with probability p while training (the mask replays on recompute)."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return ops.dropout(x, self.p, training=self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return ops.relu(x)
+
+
+class GELU(Module):
+    """GELU, tanh approximation (GPT-2's)."""
+
+    def forward(self, x):
+        return ops.gelu(x)

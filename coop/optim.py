@@ -1,0 +1,125 @@
+"""Optimizers that update parameters IN PLACE through inplace kernels run by ``rt.apply``.
+
+That is the runtime's recomputable in-place path: a parameter keeps its storage (no copy per
+step), and any recorded reader of the old value keeps a recomputable version. Optimizer state
+(momentum buffers, Adam's moments) are runtime constants like the parameters: never evicted.
+The update formulas are PyTorch's (torch.optim.SGD and AdamW), elementwise in one kernel each.
+"""
+from coop.kernel import Kernel
+from coop.nn.module import make_buffer
+from coop.ops._common import elementwise_flops
+
+
+def _sgd(p, d, lr):
+    p -= lr * d
+
+
+def _decayed(g, p, weight_decay):
+    return g + weight_decay * p if weight_decay else g
+
+
+def _sgd_decayed(p, g, lr, weight_decay):
+    p -= lr * _decayed(g, p, weight_decay)
+
+
+def _momentum(buf, g, p, momentum, weight_decay):
+    buf *= momentum
+    buf += _decayed(g, p, weight_decay)
+
+
+def _ema(m, g, beta):
+    m *= beta
+    m += (1.0 - beta) * g
+
+
+def _ema_square(v, g, beta):
+    v *= beta
+    v += (1.0 - beta) * (g * g)
+
+
+def _adamw(p, m, v, xp, lr, weight_decay, eps, correction1, correction2):
+    if weight_decay:
+        p *= 1.0 - lr * weight_decay
+    denom = xp.sqrt(v) / correction2 ** 0.5 + eps
+    p -= (lr / correction1) * (m / denom)
+
+
+SGD_STEP = Kernel(_sgd_decayed, name="sgd_", inplace=0, flops=elementwise_flops(3))
+MOMENTUM = Kernel(_momentum, name="momentum_", inplace=0, flops=elementwise_flops(4))
+APPLY = Kernel(_sgd, name="sgd_apply_", inplace=0, flops=elementwise_flops(2))
+EMA = Kernel(_ema, name="ema_", inplace=0, flops=elementwise_flops(3))
+EMA_SQUARE = Kernel(_ema_square, name="ema_square_", inplace=0, flops=elementwise_flops(4))
+ADAMW = Kernel(_adamw, name="adamw_", inplace=0, flops=elementwise_flops(8))
+
+
+class Optimizer:
+    """Parameters (leaf Tensors of one runtime) and their per-parameter state tensors."""
+
+    def __init__(self, params, lr):
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("optimizer got an empty parameter list")
+        self.runtime = self.params[0].runtime
+        if any(p.runtime is not self.runtime for p in self.params):
+            raise ValueError("optimizer parameters belong to different runtimes")
+        self.lr = float(lr)
+
+    def _zeros(self, p):
+        """State for p: a zero constant of its shape and dtype (a spec in simulation)."""
+        return make_buffer(self.runtime, p.shape, p.dtype, 0.0)
+
+    def zero_grad(self):
+        """Drop the gradients (their memory is freed at once)."""
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        """One update of every parameter that has a gradient."""
+        apply = self.runtime.apply
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                self._update(apply, i, p, p.grad)
+
+    def _update(self, apply, i, p, g):
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """p -= lr * d, d = g + weight_decay * p, or with momentum the buffer
+    b = momentum * b + d (b starts at 0, so its first value is d, as in PyTorch)."""
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
+        super().__init__(params, lr)
+        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
+        self.buffers = [self._zeros(p) for p in self.params] if momentum else None
+
+    def _update(self, apply, i, p, g):
+        if self.buffers is None:
+            apply(SGD_STEP, p, g, lr=self.lr, weight_decay=self.weight_decay)
+            return
+        buf = self.buffers[i]
+        apply(MOMENTUM, buf, g, p, momentum=self.momentum, weight_decay=self.weight_decay)
+        apply(APPLY, p, buf, lr=self.lr)
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov and Hutter; PyTorch's AdamW):
+    p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+    p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, lr)
+        self.betas = (float(betas[0]), float(betas[1]))
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        self.m = [self._zeros(p) for p in self.params]
+        self.v = [self._zeros(p) for p in self.params]
+        self.counts = [0] * len(self.params)   # per parameter: the steps it took (bias correction)
+
+    def _update(self, apply, i, p, g):
+        b1, b2 = self.betas
+        self.counts[i] += 1
+        t = self.counts[i]
+        apply(EMA, self.m[i], g, beta=b1)
+        apply(EMA_SQUARE, self.v[i], g, beta=b2)
+        apply(ADAMW, p, self.m[i], self.v[i], lr=self.lr, weight_decay=self.weight_decay,
+              eps=self.eps, correction1=1.0 - b1 ** t, correction2=1.0 - b2 ** t)
