@@ -8,8 +8,10 @@ cdef _fail(str what):
 cdef _check(Arena a):
     cdef size_t expect_offset = 0, used = 0
     cdef Py_ssize_t n = 0, n_free = 0
-    cdef int idx = a.first, prev = -1, slot
+    cdef int idx = a.first, prev = -1, slot, k
     cdef Piece p
+    cdef Block* blk
+    cdef Storage st
     cdef bint prev_free = False
     if a.pieces_[idx].prev != -1 or a.pieces_[idx].offset != 0:
         _fail("the first piece does not start the arena")
@@ -36,11 +38,22 @@ cdef _check(Arena a):
             slot = p.storage
             if slot >= 0 and (not a.storages[slot].live or a.storages[slot].piece != idx):
                 _fail(f"piece at {p.offset} and its storage disagree")
-            if slot >= 0 and (p.cprime != a.storages[slot].cprime
-                              or p.last_access != a.storages[slot].last_access
-                              or p.candidate != (a.storages[slot].evictable and a.storages[slot].pins == 0)):
+        if p.block < 0 or <size_t>p.block >= a.blocks.size():
+            _fail(f"piece at {p.offset} names block {p.block}, which does not exist")
+        blk = &a.blocks[p.block]
+        k = 0
+        while k < blk.count and blk.piece[k] != idx:
+            k += 1
+        if k == blk.count or blk.size[k] != p.size:
+            _fail(f"piece at {p.offset} and its block entry disagree")
+        if p.free and blk.flags[k] != W_FREE:
+            _fail(f"free piece at {p.offset} is not flagged free in its block")
+        if p.storage >= 0:
+            st = a.storages[p.storage]
+            if (blk.cprime[k] != st.cprime or blk.last_access[k] != st.last_access
+                    or blk.flags[k] != (W_CANDIDATE if st.evictable and st.pins == 0 else 0)):
                 _fail(f"piece at {p.offset} mirrors its storage's scan inputs wrongly")
-        if p.storage < 0 and (p.candidate or p.cprime != 0.0):
+        if p.storage < 0 and (blk.cprime[k] != 0.0 or (not p.free and blk.flags[k] != 0)):
             _fail(f"piece at {p.offset} has no storage but mirrors one")
         prev_free = p.free
         expect_offset += p.size
@@ -57,7 +70,35 @@ cdef _check(Arena a):
         _fail(f"{n_free} free pieces, counter says {a.n_free_pieces}, index {a.free_index.size()}")
     if used != a.used_bytes:
         _fail(f"used pieces sum to {used} bytes, counter says {a.used_bytes}")
+    _check_blocks(a)
     _check_storages(a)
+
+
+cdef _check_blocks(Arena a):
+    """The block chain lists every piece once, in address order, with dense enough blocks."""
+    cdef int b = a.first_block, prev = -1, idx = a.first, k
+    cdef Py_ssize_t n = 0
+    cdef Block* blk
+    while b >= 0:
+        blk = &a.blocks[b]
+        if blk.prev != prev:
+            _fail(f"block {b} has a wrong prev link")
+        if blk.count < 1 or blk.count > BLOCK_LEN:
+            _fail(f"block {b} holds {blk.count} entries")
+        if prev >= 0 and a.blocks[prev].count + blk.count <= BLOCK_LEN // 2:
+            _fail(f"blocks {prev} and {b} hold {a.blocks[prev].count + blk.count} entries together")
+        for k in range(blk.count):
+            if blk.piece[k] != idx:
+                _fail(f"entry {k} of block {b} is out of address order")
+            idx = a.pieces_[idx].next
+            n += 1
+        for k in range(blk.count, BLOCK_LEN):
+            if blk.piece[k] != -1:
+                _fail(f"unused slot {k} of block {b} names piece {blk.piece[k]}")
+        prev = b
+        b = blk.next
+    if n != a.n_pieces or idx != -1:
+        _fail(f"the blocks hold {n} entries for {a.n_pieces} pieces")
 
 
 cdef _check_storages(Arena a):

@@ -10,13 +10,31 @@ ctypedef pair[size_t, size_t] SizeOffset
 cdef struct Piece:
     size_t offset      # start, in bytes from the arena's base; a multiple of the alignment
     size_t size        # > 0, a multiple of the alignment
-    double cprime      # mirror of the bound storage's c' (the scans read pieces only); 0 if unbound
-    double last_access # mirror of the bound storage's last_access
     int prev           # piece just below in address order, -1 at offset 0
     int next           # piece just above, -1 at the end; chains unused slots in the pool
     int storage        # bound storage slot; -1 when free or anonymous
-    unsigned char free       # free pieces are in free_index; never two adjacent
-    unsigned char candidate  # bound, evictable and unpinned: may be evicted
+    int block          # the block holding this piece's scan entry (found in it by _entry)
+    unsigned char free # free pieces are in free_index; never two adjacent
+
+
+cdef enum:
+    BLOCK_LEN = 64     # scan entries per block
+    W_FREE = 1         # Block.flags: the piece is free
+    W_CANDIDATE = 2    # Block.flags: bound, evictable and unpinned: may be evicted
+
+
+cdef struct Block:
+    # A run of consecutive pieces' scan inputs, by value and in address order, so the victim
+    # scans sweep contiguous arrays instead of chasing piece links. Blocks are chained in
+    # address order; entry k of a block is the piece piece[k], whose block points back.
+    int count                       # entries in use, 1..BLOCK_LEN; two neighbours: > BLOCK_LEN/2
+    int prev                        # block just below in address order, -1 for the first
+    int next                        # block just above, -1 for the last; chains the block pool
+    int piece[BLOCK_LEN]            # the piece of each entry; -1 in the unused slots
+    unsigned char flags[BLOCK_LEN]  # W_FREE, W_CANDIDATE, or 0 for a blocker (used, not evictable)
+    size_t size[BLOCK_LEN]          # mirror of the piece's size
+    double cprime[BLOCK_LEN]        # mirror of the bound storage's c'; 0 if unbound
+    double last_access[BLOCK_LEN]   # mirror of the bound storage's last_access
 
 
 cdef struct Storage:
@@ -47,11 +65,14 @@ cdef class Arena:
     cdef vector[Piece] pieces_          # piece slots; address order via prev/next
     cdef int first                      # piece at offset 0
     cdef int piece_pool                 # unused piece slots, chained through next
+    cdef vector[Block] blocks           # block slots; pointers into it die when it grows
+    cdef int first_block                # the block holding the piece at offset 0
+    cdef int block_pool                 # unused block slots, chained through next
+    cdef vector[double] scan_h          # _choose_window scratch, a piece each, address order: h
+    cdef vector[size_t] scan_size       # ... its size
+    cdef vector[unsigned char] scan_flags   # ... its flags
     cdef cset[SizeOffset] free_index    # (size, offset) of every free piece: best fit
     cdef unordered_map[size_t, int] by_offset   # offset -> piece, for every piece
-    cdef vector[double] scan_h          # window scan ring (a power of two long): h
-    cdef vector[int] scan_piece         # ... the piece
-    cdef vector[size_t] scan_size       # ... and its size
     cdef vector[Storage] storages       # storage slots
     cdef vector[vector[int]] adjacency  # per storage slot: neighbour slots (symmetric)
     cdef unordered_map[int64_t, int] by_sid
@@ -95,7 +116,6 @@ cdef class Arena:
     cdef void _refresh_class(self, int c) noexcept
     cdef inline bint _candidate(self, int idx) noexcept
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept
-    cdef void _grow_ring(self, size_t capacity, size_t lo=*, size_t n=*) noexcept
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
     cdef size_t _checked_request(self, nbytes) except? 0
     cdef int _unbound_slot(self, storage) except -2

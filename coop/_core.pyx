@@ -9,6 +9,7 @@ consistent arena.
 from cython.operator cimport dereference as deref
 from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int64_t
+from libc.string cimport memcpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from operator import index as _index
@@ -93,6 +94,7 @@ cdef class Arena:
         # space so large that placement never fails; the budget alone refuses requests
         self.space = IDEAL_SPACE if self.ideal else self.capacity
         self.piece_pool = -1
+        self.block_pool = -1
         self.first = self._new_piece(0, self.space, -1, -1, True)
         self.n_pieces = 1
         self._index_free(self.first)
@@ -106,7 +108,7 @@ cdef class Arena:
             self.piece_pool = self.pieces_[idx].next
         else:
             idx = <int>self.pieces_.size()
-            self.pieces_.push_back(Piece(0, 0, 0.0, 0.0, -1, -1, -1, False, False))
+            self.pieces_.push_back(Piece(0, 0, -1, -1, -1, -1, -1, False))
         cdef Piece* p = &self.pieces_[idx]
         p.offset = offset
         p.size = size
@@ -114,12 +116,12 @@ cdef class Arena:
         p.next = next
         p.storage = -1
         p.free = free
-        p.candidate = False
-        p.cprime = 0.0
         self.by_offset[offset] = idx
+        _block_insert(self, prev, idx)
         return idx
 
     cdef void _drop_piece(self, int idx) noexcept:
+        _block_remove(self, idx)
         self.by_offset.erase(self.pieces_[idx].offset)
         self.pieces_[idx].next = self.piece_pool
         self.pieces_[idx].size = 0
@@ -180,6 +182,7 @@ cdef class Arena:
                 self.n_pieces += 1
         p = &self.pieces_[used]
         p.free = False
+        _entry_mirror(self, idx)     # a new piece's entry is written as it is linked
         self.used_bytes += size
         if self.used_bytes > self.peak_used:
             self.peak_used = self.used_bytes
@@ -200,8 +203,6 @@ cdef class Arena:
         self.used_bytes -= p.size
         p.free = True
         p.storage = -1
-        p.candidate = False
-        p.cprime = 0.0
         # merge with the free neighbours
         if p.prev >= 0 and self.pieces_[p.prev].free:
             nb = p.prev
@@ -223,6 +224,7 @@ cdef class Arena:
                 self.pieces_[p.next].prev = idx
             self._drop_piece(nb)
             self.n_pieces -= 1
+        _entry_mirror(self, idx)
         self._index_free(idx)
         if slot >= 0:
             self.storages[slot].piece = -1
@@ -259,14 +261,16 @@ cdef class Arena:
         self._sync(slot)
 
     cdef inline void _sync(self, int slot) noexcept:
-        """Mirror a resident storage's scan inputs into its piece."""
+        """Mirror a resident storage's scan inputs into its piece's block entry."""
         cdef Storage* st = &self.storages[slot]
-        cdef Piece* p
+        cdef Block* blk
+        cdef int k
         if st.piece >= 0:
-            p = &self.pieces_[st.piece]
-            p.cprime = st.cprime
-            p.last_access = st.last_access
-            p.candidate = st.evictable and st.pins == 0
+            blk = &self.blocks[self.pieces_[st.piece].block]
+            k = _entry(self, st.piece)
+            blk.cprime[k] = st.cprime
+            blk.last_access[k] = st.last_access
+            blk.flags[k] = W_CANDIDATE if st.evictable and st.pins == 0 else 0
 
     cdef void _on_evicted(self, int slot) noexcept:
         """slot's piece was freed: it forms a class and joins its evicted neighbours' classes."""
@@ -367,7 +371,7 @@ cdef class Arena:
         for n in self.adjacency[slot]:
             if self.storages[n].piece >= 0:
                 self.storages[n].cprime = self._cprime(n)
-                self.pieces_[self.storages[n].piece].cprime = self.storages[n].cprime
+                self._sync(n)
 
     cdef void _refresh_class(self, int c) noexcept:
         """Recompute c' of the class's frontier (the resident storages next to a member),
@@ -384,7 +388,7 @@ cdef class Arena:
             if not self.storages[r].live or self.storages[r].piece < 0:
                 continue
             self.storages[r].cprime = self._cprime(r)
-            self.pieces_[self.storages[r].piece].cprime = self.storages[r].cprime
+            self._sync(r)
             if _contains(self.seen, c):      # _cprime left r's evicted classes in seen
                 front[0][kept] = r
                 kept += 1
@@ -393,7 +397,7 @@ cdef class Arena:
     # ---- victim choice ----------------------------------------------------------------------
 
     cdef inline bint _candidate(self, int idx) noexcept:
-        return self.pieces_[idx].candidate
+        return self.blocks[self.pieces_[idx].block].flags[_entry(self, idx)] == W_CANDIDATE
 
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept:
         victims.clear()
@@ -402,116 +406,107 @@ cdef class Arena:
         if policy == P_COOP:
             self._choose_window(size, now, victims)
             return
-        cdef int idx = self.first
+        cdef int b = self.first_block, k
         cdef int best = -1
         cdef double best_score = INFINITY
         cdef double score, m
+        cdef Block* blk
         cdef Piece* p
-        while idx >= 0:
-            p = &self.pieces_[idx]
-            if p.candidate:
+        while b >= 0:
+            blk = &self.blocks[b]
+            for k in range(blk.count):
+                if blk.flags[k] != W_CANDIDATE:
+                    continue
                 if policy == P_DTR:
-                    score = p.cprime / (<double>p.size * _stale(p.last_access, now))
+                    score = blk.cprime[k] / (<double>blk.size[k] * _stale(blk.last_access[k], now))
                 elif policy == P_DTE:
-                    m = <double>p.size
+                    m = <double>blk.size[k]
+                    p = &self.pieces_[blk.piece[k]]
                     # an ideal arena has no neighbours in memory: nothing adjacent counts
                     if not self.ideal and p.prev >= 0 and self.pieces_[p.prev].free:
                         m = m + self.pieces_[p.prev].size
                     if not self.ideal and p.next >= 0 and self.pieces_[p.next].free:
                         m = m + self.pieces_[p.next].size
-                    score = p.cprime / (m * _stale(p.last_access, now))
+                    score = blk.cprime[k] / (m * _stale(blk.last_access[k], now))
                 elif policy == P_LRU:
-                    score = p.last_access
+                    score = blk.last_access[k]
                 else:
-                    score = 1.0 / <double>p.size
+                    score = 1.0 / <double>blk.size[k]
                 if best < 0 or score < best_score:
-                    best = idx
+                    best = blk.piece[k]
                     best_score = score
-            idx = p.next
+            b = blk.next
         if best >= 0:
             victims.push_back(self.pieces_[best].storage)
-
-    cdef void _grow_ring(self, size_t capacity, size_t lo=0, size_t n=0) noexcept:
-        """Resize the window ring to capacity (a power of two), keeping entries lo..n-1."""
-        cdef size_t old = self.scan_h.size(), k
-        cdef vector[double] h = self.scan_h
-        cdef vector[int] piece = self.scan_piece
-        cdef vector[size_t] size = self.scan_size
-        self.scan_h.resize(capacity)
-        self.scan_piece.resize(capacity)
-        self.scan_size.resize(capacity)
-        for k in range(lo, n):
-            self.scan_h[k & (capacity - 1)] = h[k & (old - 1)]
-            self.scan_piece[k & (capacity - 1)] = piece[k & (old - 1)]
-            self.scan_size[k & (capacity - 1)] = size[k & (old - 1)]
 
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept:
         """One pass over the pieces for the cheapest run of free/candidate pieces covering size.
 
-        The pieces of the current window [lo, n) (positions in the current segment, a maximal
-        run of window pieces) sit in a ring buffer of (h, piece, size). Each new piece extends
-        the window; while it covers the request it is a candidate (the smallest window starting
-        at lo), then lo advances. p_right - p_left is the running-sum cost of docs/core.md.
+        The blocks are first swept into flat scratch arrays (h = c' / staleness in a branch-free
+        loop the compiler vectorises; sizes and flags copied), so the two pointers index plain
+        arrays. The window is entries lo..j of the current segment (a maximal run of window
+        pieces): each new piece j extends it; while it covers the request it is a candidate (the
+        smallest window starting at lo), then lo advances. p_right - p_left is the running-sum
+        cost of docs/core.md: both restart at a blocker only, so they are the reference's sums
+        bit for bit.
         """
-        if self.scan_h.size() < 64:
-            self._grow_ring(64)
-        cdef size_t mask = self.scan_h.size() - 1
+        cdef size_t total = <size_t>self.n_pieces
+        if self.scan_h.size() < total:
+            self.scan_h.resize(total)
+            self.scan_size.resize(total)
+            self.scan_flags.resize(total)
         cdef double* hs = self.scan_h.data()
-        cdef int* ps = self.scan_piece.data()
         cdef size_t* ss = self.scan_size.data()
-        cdef Piece* pieces = self.pieces_.data()
-        cdef int i = self.first, best_start = -1, best_count = 0
-        cdef size_t n, lo, covered
-        cdef double p_left, p_right, cost, h, best_cost = INFINITY
-        cdef Piece* p
-        while i >= 0:
-            p = &pieces[i]
-            if not (p.free or p.candidate):
-                i = p.next
+        cdef unsigned char* fs = self.scan_flags.data()
+        cdef Block* blk
+        cdef int b = self.first_block, k
+        cdef size_t base = 0, j, lo = 0, best_lo = 0, best_end = 0, covered = 0
+        cdef double s, cost, p_left = 0.0, p_right = 0.0, best_cost = INFINITY
+        while b >= 0:
+            blk = &self.blocks[b]
+            for k in range(blk.count):
+                s = now - blk.last_access[k]
+                s = 1.0 if 1.0 > s else s           # _stale, in the form that vectorises
+                hs[base + k] = blk.cprime[k] / s    # free pieces mirror c' = 0
+            memcpy(&ss[base], blk.size, blk.count * sizeof(size_t))
+            memcpy(&fs[base], blk.flags, blk.count)
+            base += blk.count
+            b = blk.next
+        for j in range(total):
+            if fs[j] == 0:
+                p_left = 0.0
+                p_right = 0.0
+                covered = 0
+                lo = j + 1
                 continue
-            n = 0
-            lo = 0
-            p_left = 0.0
-            p_right = 0.0
-            covered = 0
-            while True:
-                if n - lo > mask:   # the window outgrew the ring: double it (rare)
-                    self._grow_ring(2 * (mask + 1), lo, n)
-                    mask = self.scan_h.size() - 1
-                    hs = self.scan_h.data()
-                    ps = self.scan_piece.data()
-                    ss = self.scan_size.data()
-                h = p.cprime / _stale(p.last_access, now)   # free pieces mirror c' = 0
-                hs[n & mask] = h
-                ps[n & mask] = i
-                ss[n & mask] = p.size
-                n += 1
-                p_right = p_right + h
-                covered += p.size
-                while covered >= size:
-                    cost = p_right - p_left
-                    if cost < best_cost:
-                        best_cost = cost
-                        best_start = ps[lo & mask]
-                        best_count = <int>(n - lo)
-                    p_left = p_left + hs[lo & mask]
-                    covered -= ss[lo & mask]
-                    lo += 1
-                i = p.next
-                if i < 0:
-                    break
-                p = &pieces[i]
-                if not (p.free or p.candidate):
-                    i = p.next
-                    break
-        if best_start < 0:
+            p_right = p_right + hs[j]
+            covered += ss[j]
+            while covered >= size:
+                cost = p_right - p_left
+                if cost < best_cost:
+                    best_cost = cost
+                    best_lo = lo
+                    best_end = j + 1
+                p_left = p_left + hs[lo]
+                covered -= ss[lo]
+                lo += 1
+        if best_end == 0:
             return
-        i = best_start
-        while best_count > 0:
-            if not self.pieces_[i].free:
-                victims.push_back(self.pieces_[i].storage)
-            i = self.pieces_[i].next
-            best_count -= 1
+        # the victims: the window's candidates, found again in the blocks
+        b = self.first_block
+        base = 0
+        while base + <size_t>self.blocks[b].count <= best_lo:
+            base += self.blocks[b].count
+            b = self.blocks[b].next
+        blk = &self.blocks[b]
+        k = <int>(best_lo - base)
+        for j in range(best_lo, best_end):
+            if blk.flags[k] == W_CANDIDATE:
+                victims.push_back(self.pieces_[blk.piece[k]].storage)
+            k += 1
+            if k == blk.count and blk.next >= 0:
+                blk = &self.blocks[blk.next]
+                k = 0
 
     # ---- Python API -------------------------------------------------------------------------
 
@@ -582,11 +577,12 @@ cdef class Arena:
         cdef int slot = self._slot(sid)
         cdef Storage* st = &self.storages[slot]
         cdef int c = st.cls
-        cdef int n
+        cdef int n, k
         if st.piece >= 0:
             self.pieces_[st.piece].storage = -1
-            self.pieces_[st.piece].candidate = False
-            self.pieces_[st.piece].cprime = 0.0
+            k = _entry(self, st.piece)
+            self.blocks[self.pieces_[st.piece].block].flags[k] = 0
+            self.blocks[self.pieces_[st.piece].block].cprime[k] = 0.0
             st.piece = -1
         for n in self.adjacency[slot]:
             _remove(self.adjacency[n], slot)
@@ -784,12 +780,13 @@ cdef class Arena:
             size, self.capacity, free_bytes, largest)
 
 
+include "_blocks.pxi"
 include "_check.pxi"
 
 
 cdef inline double _stale(double last_access, double now) noexcept:
     cdef double s = now - last_access
-    return s if s >= 1.0 else 1.0
+    return 1.0 if 1.0 > s else s      # Python's max(s, 1.0), as the reference (NaN stays NaN)
 
 
 cdef inline bint _contains(vector[int]& items, int value) noexcept:
