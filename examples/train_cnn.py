@@ -38,18 +38,15 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import matplotlib  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-import coop  # noqa: E402
 from coop import models, optim  # noqa: E402
-from coop.budget import parse_budget  # noqa: E402
 
-MB = 1 << 20
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
+from _common import (MB, add_run_options, default_backend, make_runtime,  # noqa: E402
+                     plot_run, resolve_budget)
 
 
 def load_digits(test_fraction, seed):
@@ -66,29 +63,8 @@ def load_digits(test_fraction, seed):
     return x[train], y[train], x[test], y[test]
 
 
-def default_backend():
-    try:
-        import cupy
-        return "cupy" if cupy.cuda.is_available() else "numpy"
-    except Exception:     # not installed, or no driver
-        return "numpy"
 
 
-def make_runtime(budget, policy, backend, cost):
-    """A coop.Runtime over a numpy arena or a CuPy pool of `budget` bytes."""
-    cost = None if cost == "timing" else cost
-    if backend == "cupy":
-        return coop.Runtime(coop.allocator(budget), policy=policy, cost=cost or "a100-80gb")
-    return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost=cost)
-
-
-def resolve_budget(text, probe):
-    """(bytes, unlimited peak or None): "0.5x" runs probe() -> the unlimited peak first."""
-    text = str(text).strip()
-    if text.lower().endswith("x"):
-        peak = probe()
-        return max(1, int(float(text[:-1]) * peak)), peak
-    return parse_budget(int(text) if text.isdigit() else text), None
 
 
 def train(args, data, budget, steps, progress=True, log=print):
@@ -132,48 +108,17 @@ def accuracy(model, rt, x, y, batch):
     return correct / len(y)
 
 
-def plot(run, budget, path, title):
-    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    steps = np.arange(len(run["losses"]))
-    a.plot(steps, run["losses"], lw=1, label="train loss")
-    a.axhline(np.log(10), color="gray", ls="--", lw=1, label="chance (ln 10)")
-    a.set_ylabel("loss (nats)")
-    a.legend()
-    a.set_title(title)
-    b.plot(steps, np.array(run["used"]) / MB, lw=1, label="arena used after forward")
-    b.plot(steps, np.array(run["peaks"]) / MB, lw=1, label="arena peak so far")
-    b.axhline(budget / MB, color="red", ls="--", lw=1, label="budget")
-    b.set_xlabel("step")
-    b.set_ylabel("MiB")
-    b.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
 
 def parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--budget", default="0.7x",
-                   help='bytes, a size ("16MB") or a ratio of the unlimited peak ("0.5x")')
-    p.add_argument("--policy", default="coop", choices=list(coop.POLICIES))
-    p.add_argument("--backend", default=None, choices=["numpy", "cupy"],
-                   help="default: cupy when cupy.cuda.is_available(), else numpy")
-    p.add_argument("--cost", default="cpu",
-                   help='cost model: "cpu" (deterministic), another device name, or "timing"')
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    add_run_options(p, budget="0.7x", steps=200, budget_example="16MB", out="train_cnn_out")
     p.add_argument("--layers", default="8", help="basic blocks per stage (comma-separated)")
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--test-fraction", type=float, default=0.2)
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--probe-steps", type=int, default=2)
-    p.add_argument("--probe-budget", default="4GiB", help="budget of the unlimited probe")
-    p.add_argument("--out", default="train_cnn_out")
-    p.add_argument("--no-progress", action="store_true")
     return p
 
 
@@ -224,8 +169,9 @@ def main(argv=None):
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "train_cnn.png")
-    plot(run, budget, path, f"ResNet on digits, {args.policy} at {budget / MB:.2f} MiB, "
-         f"test accuracy {acc:.3f}")
+    lines = [(np.log(10), "chance (ln 10)", "--")]
+    plot_run(run, budget, path, f"ResNet on digits, {args.policy} at {budget / MB:.2f} MiB, "
+             f"test accuracy {acc:.3f}", lines)
     print(f"saved {path}")
     return run
 

@@ -45,18 +45,16 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import matplotlib  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-import coop  # noqa: E402
 from coop import models, optim  # noqa: E402
-from coop.budget import parse_budget  # noqa: E402
 
-MB = 1 << 20
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
+from _common import (MB, add_run_options, default_backend, make_runtime,  # noqa: E402
+                     plot_run, resolve_budget)
+
 
 # Pure-Python standard-library modules present in every CPython >= 3.11 build, sorted.
 CORPUS_MODULES = sorted([
@@ -141,31 +139,8 @@ class CharData:
 # ---- runtime and budget --------------------------------------------------------------------
 
 
-def default_backend():
-    try:
-        import cupy
-        return "cupy" if cupy.cuda.is_available() else "numpy"
-    except Exception:     # not installed, or no driver
-        return "numpy"
 
 
-def make_runtime(budget, policy, backend, cost):
-    """A coop.Runtime over a numpy arena or a CuPy pool of `budget` bytes."""
-    cost = None if cost == "timing" else cost
-    if backend == "cupy":
-        pool = coop.allocator(budget)
-        return coop.Runtime(pool, policy=policy, cost=cost or "a100-80gb")
-    return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost=cost)
-
-
-def resolve_budget(text, probe):
-    """(bytes, unlimited peak or None): "0.5x" runs probe() -> the unlimited peak first."""
-    text = str(text).strip()
-    if text.lower().endswith("x"):
-        ratio = float(text[:-1])
-        peak = probe()
-        return max(1, int(ratio * peak)), peak
-    return parse_budget(int(text) if text.isdigit() else text), None
 
 
 # ---- training ------------------------------------------------------------------------------
@@ -222,40 +197,11 @@ def probe_peak(args, data):
     return run["rt"].stats()["arena_peak_used_bytes"]
 
 
-def plot(run, budget, path, title):
-    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    steps = np.arange(len(run["losses"]))
-    a.plot(steps, run["losses"], lw=1, label="train loss")
-    if run.get("unigram") is not None:
-        a.axhline(run["unigram"], color="gray", ls="--", lw=1, label="unigram entropy")
-    if run.get("val_loss") is not None:
-        a.axhline(run["val_loss"], color="C2", ls=":", lw=1, label="held-out loss (end)")
-    a.set_ylabel("loss (nats)")
-    a.legend()
-    a.set_title(title)
-    b.plot(steps, np.array(run["used"]) / MB, lw=1, label="arena used after forward")
-    b.plot(steps, np.array(run["peaks"]) / MB, lw=1, label="arena peak so far")
-    b.axhline(budget / MB, color="red", ls="--", lw=1, label="budget")
-    b.set_xlabel("step")
-    b.set_ylabel("MiB")
-    b.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
 
 def parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--budget", default="0.5x",
-                   help='bytes, a size ("256MB") or a ratio of the unlimited peak ("0.5x")')
-    p.add_argument("--policy", default="coop", choices=list(coop.POLICIES))
-    p.add_argument("--backend", default=None, choices=["numpy", "cupy"],
-                   help="default: cupy when cupy.cuda.is_available(), else numpy")
-    p.add_argument("--cost", default="cpu",
-                   help='cost model: "cpu" (deterministic), another device name, or "timing"')
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--seed", type=int, default=0)
+    add_run_options(p, budget="0.5x", steps=600, budget_example="256MB", out="train_gpt_out")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-model", type=int, default=64)
@@ -266,11 +212,6 @@ def parser():
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--eval-batches", type=int, default=20)
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--probe-steps", type=int, default=2)
-    p.add_argument("--probe-budget", default="4GiB", help="budget of the unlimited probe")
-    p.add_argument("--out", default="train_gpt_out")
-    p.add_argument("--no-progress", action="store_true")
     return p
 
 
@@ -329,8 +270,11 @@ def main(argv=None):
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "train_gpt.png")
-    plot(run, budget, path, f"char GPT on stdlib docstrings, {args.policy} at "
-         f"{budget / MB:.2f} MiB")
+    lines = [(v, label, style) for v, label, style in (
+        (run.get("unigram"), "unigram entropy", "--"),
+        (run.get("val_loss"), "held-out loss (end)", ":")) if v is not None]
+    plot_run(run, budget, path, f"char GPT on stdlib docstrings, {args.policy} at "
+             f"{budget / MB:.2f} MiB", lines)
     print(f"saved {path}")
     return run
 

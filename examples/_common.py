@@ -1,0 +1,75 @@
+"""What the training examples share: backend choice, runtime, budget ratios, the run's plot."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+import coop  # noqa: E402
+from coop.budget import parse_budget  # noqa: E402
+
+MB = 1 << 20
+
+
+def default_backend():
+    try:
+        import cupy
+        return "cupy" if cupy.cuda.is_available() else "numpy"
+    except Exception:     # not installed, or no driver
+        return "numpy"
+
+
+def make_runtime(budget, policy, backend, cost):
+    """A coop.Runtime over a numpy arena or a CuPy pool of `budget` bytes."""
+    cost = None if cost == "timing" else cost
+    if backend == "cupy":
+        return coop.Runtime(coop.allocator(budget), policy=policy, cost=cost or "a100-80gb")
+    return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost=cost)
+
+
+def resolve_budget(text, probe):
+    """(bytes, unlimited peak or None): "0.5x" runs probe() -> the unlimited peak first."""
+    text = str(text).strip()
+    if text.lower().endswith("x"):
+        peak = probe()
+        return max(1, int(float(text[:-1]) * peak)), peak
+    return parse_budget(int(text) if text.isdigit() else text), None
+
+
+def add_run_options(p, budget, steps, budget_example, out):
+    """The options every training example takes."""
+    p.add_argument("--budget", default=budget,
+                   help=f'bytes, a size ("{budget_example}") or a ratio of the unlimited peak ("0.5x")')
+    p.add_argument("--policy", default="coop", choices=list(coop.POLICIES))
+    p.add_argument("--backend", default=None, choices=["numpy", "cupy"],
+                   help="default: cupy when cupy.cuda.is_available(), else numpy")
+    p.add_argument("--cost", default="cpu",
+                   help='cost model: "cpu" (deterministic), another device name, or "timing"')
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--probe-steps", type=int, default=2)
+    p.add_argument("--probe-budget", default="4GiB", help="budget of the unlimited probe")
+    p.add_argument("--out", default=out)
+    p.add_argument("--no-progress", action="store_true")
+
+
+def plot_run(run, budget, path, title, lines):
+    """Loss curve (with reference lines: (value, label, style)) over arena use, to a PNG."""
+    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    steps = np.arange(len(run["losses"]))
+    a.plot(steps, run["losses"], lw=1, label="train loss")
+    for (value, label, style), color in zip(lines, ("gray", "C2", "C3")):
+        a.axhline(value, color=color, ls=style, lw=1, label=label)
+    a.set_ylabel("loss (nats)")
+    a.legend()
+    a.set_title(title)
+    b.plot(steps, np.array(run["used"]) / MB, lw=1, label="arena used after forward")
+    b.plot(steps, np.array(run["peaks"]) / MB, lw=1, label="arena peak so far")
+    b.axhline(budget / MB, color="red", ls="--", lw=1, label="budget")
+    b.set_xlabel("step")
+    b.set_ylabel("MiB")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
