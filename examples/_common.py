@@ -54,6 +54,22 @@ def add_run_options(p, budget, steps, budget_example, out):
     p.add_argument("--no-progress", action="store_true")
 
 
+def print_summary(model_rows, budget, peak, stats, train_time, total_time):
+    """The end-of-run table: the example's own rows, then budget, memory and recompute figures."""
+    rows = list(model_rows) + [("budget (MiB)", f"{budget / MB:.3f}")]
+    if peak is not None:
+        rows.append(("unlimited peak (MiB)", f"{peak / MB:.3f}"))
+    rows += [("peak arena used (MiB)", f"{stats['arena_peak_used_bytes'] / MB:.3f}"),
+             ("evictions", f"{stats['arena_evictions']:,}"),
+             ("recomputes", f"{stats['recomputes']:,}"),
+             ("compute overhead", f"{stats['compute_overhead']:.3f}"),
+             ("training time (s)", f"{train_time:.1f}"),
+             ("total time incl. probe (s)", f"{total_time:.1f}")]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v:>12}")
+
+
 def plot_run(run, budget, path, title, lines):
     """Loss curve (with reference lines: (value, label, style)) over arena use, to a PNG."""
     fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)

@@ -46,7 +46,7 @@ from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
 from _common import (MB, add_run_options, default_backend, make_runtime,  # noqa: E402
-                     plot_run, resolve_budget)
+                     plot_run, print_summary, resolve_budget)
 
 
 def load_digits(test_fraction, seed):
@@ -150,22 +150,11 @@ def main(argv=None):
     run.update(accuracy=acc, budget=budget, peak_unlimited=peak, stats=stats,
                train_time=train_time)
 
-    rows = [("parameters", f"{run['model'].num_parameters():,}"),
-            ("initial train loss", f"{run['losses'][0]:.4f}"),
-            ("final train loss (mean of last 10)", f"{np.mean(run['losses'][-10:]):.4f}"),
-            ("test accuracy", f"{acc:.4f}"),
-            ("budget (MiB)", f"{budget / MB:.3f}"),
-            ("peak arena used (MiB)", f"{stats['arena_peak_used_bytes'] / MB:.3f}"),
-            ("evictions", f"{stats['arena_evictions']:,}"),
-            ("recomputes", f"{stats['recomputes']:,}"),
-            ("compute overhead", f"{stats['compute_overhead']:.3f}"),
-            ("training time (s)", f"{train_time:.1f}"),
-            ("total time incl. probe (s)", f"{time.perf_counter() - start:.1f}")]
-    if peak is not None:
-        rows.insert(5, ("unlimited peak (MiB)", f"{peak / MB:.3f}"))
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"  {k:<{width}}  {v:>12}")
+    print_summary([("parameters", f"{run['model'].num_parameters():,}"),
+                   ("initial train loss", f"{run['losses'][0]:.4f}"),
+                   ("final train loss (mean of last 10)", f"{np.mean(run['losses'][-10:]):.4f}"),
+                   ("test accuracy", f"{acc:.4f}")],
+                  budget, peak, stats, train_time, time.perf_counter() - start)
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "train_cnn.png")
