@@ -5,6 +5,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from tqdm import tqdm  # noqa: E402
+
 import coop  # noqa: E402
 from coop.budget import parse_budget  # noqa: E402
 
@@ -52,6 +54,29 @@ def add_run_options(p, budget, steps, budget_example, out):
     p.add_argument("--probe-budget", default="4GiB", help="budget of the unlimited probe")
     p.add_argument("--out", default=out)
     p.add_argument("--no-progress", action="store_true")
+
+
+def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=print):
+    """steps optimizer steps on next_batch(rng) -> (inputs, targets); returns the runtime,
+    model, losses, arena bytes used after each forward and the running peak."""
+    rng = np.random.default_rng(args.seed)
+    losses, used, peaks = [], [], []
+    bar = tqdm(range(steps), desc=f"train {args.policy}", disable=not progress, leave=False)
+    for step in bar:
+        loss = model.loss(*next_batch(rng))
+        losses.append(float(loss.numpy()))
+        used.append(rt.arena.stats()["used_bytes"])
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad()
+        peaks.append(rt.arena.stats()["peak_used_bytes"])
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if log and args.log_every and (step % args.log_every == 0 or step == steps - 1):
+            (bar.write if progress else log)(f"step {step:5d}  loss {losses[-1]:.4f}  arena used "
+                                             f"{used[-1] / MB:.2f} MiB")
+    bar.close()
+    return dict(rt=rt, model=model, losses=losses, used=used, peaks=peaks)
 
 
 def print_summary(model_rows, budget, peak, stats, train_time, total_time):

@@ -40,13 +40,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
 from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
 from _common import (MB, add_run_options, default_backend, make_runtime,  # noqa: E402
-                     plot_run, print_summary, resolve_budget)
+                     plot_run, print_summary, resolve_budget, run_training)
 
 
 def load_digits(test_fraction, seed):
@@ -76,25 +75,12 @@ def train(args, data, budget, steps, progress=True, log=print):
     model = models.ResNet(rt, layers, "basic", width=args.width, num_classes=10, in_channels=1,
                           stem="small", rng=args.seed)
     opt = optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=args.weight_decay)
-    rng = np.random.default_rng(args.seed)
-    losses, used, peaks = [], [], []
-    bar = tqdm(range(steps), desc=f"train {args.policy}", disable=not progress, leave=False)
-    for step in bar:
+
+    def next_batch(rng):
         pick = rng.integers(0, len(y_train), args.batch)
-        loss = model.loss(rt.tensor(x_train[pick]), y_train[pick])
-        losses.append(float(loss.numpy()))
-        used.append(rt.arena.stats()["used_bytes"])
-        loss.backward()
-        del loss
-        opt.step()
-        opt.zero_grad()
-        peaks.append(rt.arena.stats()["peak_used_bytes"])
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        if log and args.log_every and (step % args.log_every == 0 or step == steps - 1):
-            (bar.write if progress else log)(f"step {step:5d}  loss {losses[-1]:.4f}  arena used "
-                                             f"{used[-1] / MB:.2f} MiB")
-    bar.close()
-    return dict(rt=rt, model=model, losses=losses, used=used, peaks=peaks)
+        return rt.tensor(x_train[pick]), y_train[pick]
+
+    return run_training(rt, model, opt, next_batch, args, steps, progress, log)
 
 
 def accuracy(model, rt, x, y, batch):

@@ -47,13 +47,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
 from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
 from _common import (MB, add_run_options, default_backend, make_runtime,  # noqa: E402
-                     plot_run, print_summary, resolve_budget)
+                     plot_run, print_summary, resolve_budget, run_training)
 
 
 # Pure-Python standard-library modules present in every CPython >= 3.11 build, sorted.
@@ -158,25 +157,8 @@ def train(args, data, budget, steps, progress=True, log=print):
     """Trains a fresh model for `steps` steps within `budget` bytes; returns a dict of the
     runtime, model, losses, arena used bytes after each forward and the running peak."""
     rt, model, opt = build(args, data, budget)
-    rng = np.random.default_rng(args.seed)
-    losses, used, peaks = [], [], []
-    bar = tqdm(range(steps), desc=f"train {args.policy}", disable=not progress, leave=False)
-    for step in bar:
-        x, y = data.batch(rng, args.batch, args.block)
-        loss = model.loss(x, y)
-        losses.append(float(loss.numpy()))
-        used.append(rt.arena.stats()["used_bytes"])
-        loss.backward()
-        del loss
-        opt.step()
-        opt.zero_grad()
-        peaks.append(rt.arena.stats()["peak_used_bytes"])
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        if log and args.log_every and (step % args.log_every == 0 or step == steps - 1):
-            (bar.write if progress else log)(f"step {step:5d}  loss {losses[-1]:.4f}  arena used "
-                                             f"{used[-1] / MB:.2f} MiB")
-    bar.close()
-    return dict(rt=rt, model=model, losses=losses, used=used, peaks=peaks)
+    return run_training(rt, model, opt, lambda rng: data.batch(rng, args.batch, args.block),
+                        args, steps, progress, log)
 
 
 def evaluate(model, data, args, batches):
