@@ -53,7 +53,8 @@ def np_conv2d(x, w, b=None, stride=1, padding=0):
     return out if b is None else out + b[None, :, None, None]
 
 
-def np_pool(x, k, stride, reduce):
+def np_pool(x, k, stride, reduce, padding=0, fill=0.0):
+    x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=fill)
     oh, ow = (x.shape[2] - k) // stride + 1, (x.shape[3] - k) // stride + 1
     return np.stack([np.stack([reduce(x[:, :, i * stride:i * stride + k, j * stride:j * stride + k],
                                       axis=(2, 3)) for j in range(ow)], -1) for i in range(oh)], -2)
@@ -159,6 +160,24 @@ CASES = {
                    lambda x: np_pool(x, 2, 2, np.mean)),
     "avg_pool2d/overlap": (lambda x: ops.avg_pool2d(x, 3, 1), (N(1, 2, 4, 5),),
                            lambda x: np_pool(x, 3, 1, np.mean)),
+    "max_pool2d/padding": (lambda x: ops.max_pool2d(x, 3, 2, padding=1), (D(2, 2, 5, 6),),
+                           lambda x: np_pool(x, 3, 2, np.max, 1, -np.inf)),
+    "avg_pool2d/padding": (lambda x: ops.avg_pool2d(x, 3, 2, padding=1), (N(1, 2, 5, 4),),
+                           lambda x: np_pool(x, 3, 2, np.mean, 1)),
+    "pad": (lambda a: ops.pad(a, ((1, 0), (2, 3))), (N(2, 3),),
+            lambda a: np.pad(a, ((1, 0), (2, 3)))),
+    "pad/nchw": (lambda a: ops.pad(a, ((0, 0), (0, 0), (1, 1), (0, 2))), (N(2, 1, 2, 3),),
+                 lambda a: np.pad(a, ((0, 0), (0, 0), (1, 1), (0, 2)))),
+    "roll": (lambda a: ops.roll(a, 2, 1), (N(3, 4),), lambda a: np.roll(a, 2, 1)),
+    "roll/axes": (lambda a: ops.roll(a, (1, -3), (0, -1)), (N(2, 3, 4),),
+                  lambda a: np.roll(a, (1, -3), (0, -1))),
+    "roll/broadcast": (lambda a: ops.roll(a, 1, (1, 2, 1)), (N(2, 3, 4),),
+                       lambda a: np.roll(a, 1, (1, 2, 1))),
+    "upsample_nearest2d": (lambda x: ops.upsample_nearest2d(x, 2), (N(2, 3, 2, 3),),
+                           lambda x: x.repeat(2, axis=2).repeat(2, axis=3)),
+    "upsample_nearest2d/scale3": (lambda x: ops.upsample_nearest2d(x.transpose(0, 1, 3, 2), 3),
+                                  (N(1, 2, 3, 2),),
+                                  lambda x: x.transpose(0, 1, 3, 2).repeat(3, 2).repeat(3, 3)),
 }
 NOT_DIFFERENTIABLE = {"ones_like"}   # seeds backward() in every case
 
@@ -278,6 +297,19 @@ def test_batch_norm_updates_running_statistics_in_place_and_eval_uses_them():
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
 
 
+def test_padded_max_pool_pads_with_minus_infinity_and_avg_pool_counts_the_zeros():
+    rt = host_runtime()
+    x = rt.tensor(-np.arange(1.0, 17.0).reshape(1, 1, 4, 4), requires_grad=True)
+    out = ops.max_pool2d(x, 3, 2, padding=1)
+    np.testing.assert_array_equal(out.numpy()[0, 0], [[-1.0, -2.0], [-5.0, -6.0]])
+    out.sum().backward()
+    want = np.zeros((4, 4))
+    want[[0, 0, 1, 1], [0, 1, 0, 1]] = 1.0
+    np.testing.assert_array_equal(x.grad.numpy()[0, 0], want)
+    corner = ops.avg_pool2d(rt.tensor(np.ones((1, 1, 2, 2))), 3, 1, padding=1).numpy()
+    np.testing.assert_array_equal(corner[0, 0], np.full((2, 2), 4 / 9))
+
+
 def test_embedding_gradient_accumulates_repeated_indices():
     rt = host_runtime()
     weight = rt.tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
@@ -296,10 +328,25 @@ def test_embedding_gradient_accumulates_repeated_indices():
     (lambda t: ops.cross_entropy(t["m"], t["m"]), "integer targets"),
     (lambda t: ops.add_n(t["m"], t["v"]), "one shape and dtype"),
     (lambda t: ops.conv2d(t["m"], t["m"]), "conv2d: x"),
+    (lambda t: ops.pad(t["m"], ((1, 1),)), "pad: pad_width must be 2"),
+    (lambda t: ops.pad(t["m"], ((1, -1), (0, 0))), "pad: pad_width"),
+    (lambda t: ops.pad(t["m"], ((1, 1.5), (0, 0))), "pad: pad_width"),
+    (lambda t: ops.pad(t["m"], 1), "pad: pad_width"),
+    (lambda t: ops.roll(t["m"], (1, 2, 3), (0, 1)), "roll: 3 shifts for 2 axes"),
+    (lambda t: ops.roll(t["m"], 1, 2), "roll: axis 2 is out of bounds"),
+    (lambda t: ops.roll(t["m"], 1.5, 0), "roll: shift and axis"),
+    (lambda t: ops.upsample_nearest2d(t["m"], 2), "upsample_nearest2d: x"),
+    (lambda t: ops.upsample_nearest2d(t["img"], 1.5), "upsample_nearest2d: scale"),
+    (lambda t: ops.upsample_nearest2d(t["img"], 0), "upsample_nearest2d: scale"),
+    (lambda t: ops.max_pool2d(t["img"], 2, padding=2), "max_pool2d: .*padding <= k // 2"),
+    (lambda t: ops.avg_pool2d(t["img"], 2, stride=0), "avg_pool2d: .*stride >= 1"),
+    (lambda t: ops.avg_pool2d(t["img"], 5), "avg_pool2d: window 5 does not fit"),
+    (lambda t: ops.max_pool2d(t["m"], 2), "max_pool2d: x"),
 ])
 def test_bad_arguments_raise_with_the_op_in_the_message(call, error):
     rt = host_runtime()
-    tensors = {"m": rt.tensor(np.ones((2, 3))), "v": rt.tensor(np.ones(3))}
+    tensors = {"m": rt.tensor(np.ones((2, 3))), "v": rt.tensor(np.ones(3)),
+               "img": rt.tensor(np.ones((1, 2, 4, 4)))}
     with pytest.raises((ValueError, TypeError), match=error):
         call(tensors)
 

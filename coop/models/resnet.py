@@ -2,10 +2,10 @@
 
 Convolutions have no bias and are followed by BatchNorm2d; a block's shortcut is a 1x1
 convolution and BatchNorm when its shape changes. The bottleneck strides in its 3x3
-convolution (torchvision's "v1.5"). Stems: "imagenet" (7x7/2 convolution, 3x3/2 max pool:
-coop.ops.max_pool2d has no padding, so the pool is unpadded, which changes spatial sizes but
-no parameter) or "small" (a 3x3/1 convolution, no pool: CIFAR-sized inputs). The head is a
-global average pool and a Linear classifier.
+convolution (torchvision's "v1.5"). Stems: "imagenet" (7x7/2 convolution, 3x3/2 max pool
+padded by 1, as torchvision: 224x224 inputs reach the stages at 56x56) or "small" (a 3x3/1
+convolution, no pool: CIFAR-sized inputs). The head is a global average pool and a Linear
+classifier.
 """
 import numpy
 
@@ -98,10 +98,9 @@ class ResNet(Classifier):
     def forward(self, x):
         x = ops.relu(self.stem(x))
         if self.stem_pool:
-            x = ops.max_pool2d(x, 3, 2)
+            x = ops.max_pool2d(x, 3, 2, padding=1)
         x = ops.mean(self.stages(x), axis=(2, 3))
         return self.fc(x)
-
 
 
 def resnet18(rt, num_classes=1000, **options):
@@ -112,3 +111,8 @@ def resnet18(rt, num_classes=1000, **options):
 def resnet50(rt, num_classes=1000, **options):
     """ResNet-50: bottleneck blocks [3, 4, 6, 3] (25,557,032 parameters at 1000 classes)."""
     return ResNet(rt, [3, 4, 6, 3], "bottleneck", num_classes=num_classes, **options)
+
+
+def resnet152(rt, num_classes=1000, **options):
+    """ResNet-152: bottleneck blocks [3, 8, 36, 3] (60,192,808 parameters at 1000 classes)."""
+    return ResNet(rt, [3, 8, 36, 3], "bottleneck", num_classes=num_classes, **options)

@@ -6,7 +6,7 @@ are storages the runtime may evict and recompute. Every kernel has a shape rule 
 estimate (the simulation backend runs on those) and a class: matmul, batch_matmul, conv2d,
 conv2d_grad_input, conv2d_grad_weight and add_n are EXPENSIVE, the rest CHEAP.
 """
-from coop.ops.conv import avg_pool2d, conv2d, max_pool2d
+from coop.ops.conv import avg_pool2d, conv2d, max_pool2d, upsample_nearest2d
 from coop.ops.elementwise import (
     add,
     add_n,
@@ -36,10 +36,20 @@ from coop.ops.nn import (
 )
 from coop.ops.norm import batch_norm, layer_norm
 from coop.ops.reduce import max, mean, sum, sum_to, var
-from coop.ops.shape import broadcast_to, concatenate, getitem, reshape, stack, transpose
+from coop.ops.shape import (
+    broadcast_to,
+    concatenate,
+    getitem,
+    pad,
+    reshape,
+    roll,
+    stack,
+    transpose,
+)
 
 __all__ = ["add", "add_n", "avg_pool2d", "batch_norm", "broadcast_to", "concatenate", "conv2d",
            "copy", "cross_entropy", "div", "dropout", "embedding", "exp", "gelu", "getitem",
            "layer_norm", "log", "log_softmax", "lstm_cell", "matmul", "max", "max_pool2d", "mean",
-           "mul", "neg", "ones_like", "pow", "relu", "reshape", "sigmoid", "softmax", "sqrt",
-           "stack", "sub", "sum", "sum_to", "tanh", "transpose", "var"]
+           "mul", "neg", "ones_like", "pad", "pow", "relu", "reshape", "roll", "sigmoid", "softmax",
+           "sqrt", "stack", "sub", "sum", "sum_to", "tanh", "transpose", "upsample_nearest2d",
+           "var"]

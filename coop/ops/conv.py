@@ -1,16 +1,21 @@
 """Convolution and pooling on NCHW tensors, via sliding windows (stride tricks: no copy until
 the product) and tensordot: conv2d, its gradients ("conv2d_grad_input", "conv2d_grad_weight",
-EXPENSIVE in the paper's table), max_pool2d and avg_pool2d (square windows).
+EXPENSIVE in the paper's table), max_pool2d and avg_pool2d (square windows, optional
+padding) and nearest-neighbour upsampling.
 """
+import numbers
+
 from coop.autograd import record
 from coop.ops._common import check_tensors, numel, op_kernel
 from coop.ops.reduce import sum as reduce_sum
 
 
-def _windows(xp, x, kh, kw, stride, padding):
-    """The (N, C, OH, OW, kh, kw) windows of x zero-padded by `padding` (a strided view)."""
+def _windows(xp, x, kh, kw, stride, padding, fill=0):
+    """The (N, C, OH, OW, kh, kw) windows of x padded by `padding` with `fill` (a strided
+    view)."""
     if padding:
-        x = xp.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+        x = xp.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)),
+                   constant_values=fill)
     windows = xp.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
     return windows[:, :, ::stride, ::stride]
 
@@ -111,37 +116,47 @@ def conv2d(x, w, b=None, stride=1, padding=0):
 # ---- pooling ----------------------------------------------------------------------------------
 
 
-def _pool_rule(x, k, stride):
-    n, c, h, w = x[0]
-    return (n, c, _out_size(h, k, stride, 0), _out_size(w, k, stride, 0)), x[1]
+def _pool_dims(x_shape, k, stride, padding):
+    n, c, h, w = x_shape
+    return n, c, _out_size(h, k, stride, padding), _out_size(w, k, stride, padding)
 
 
-def _pool_flops(x, *rest, k, stride, **attrs):
-    n, c, h, w = x[0]
-    return float(n * c * _out_size(h, k, stride, 0) * _out_size(w, k, stride, 0) * k * k)
+def _pool_rule(x, k, stride, padding):
+    return _pool_dims(x[0], k, stride, padding), x[1]
 
 
-def _max_pool_backward(x, g, xp, k, stride):
+def _pool_flops(x, *rest, k, stride, padding, **attrs):
+    return float(numel(_pool_dims(x[0], k, stride, padding)) * k * k)
+
+
+def _max_pool(x, xp, k, stride, padding):
+    # padding is -inf, so a window's maximum is always a real element (padding <= k // 2)
+    return _windows(xp, x, k, k, stride, padding, fill=-xp.inf).max(axis=(4, 5))
+
+
+def _max_pool_backward(x, g, xp, k, stride, padding):
     n, c, oh, ow = g.shape
-    flat = _windows(xp, x, k, k, stride, 0).reshape(n, c, oh, ow, k * k)
+    flat = _windows(xp, x, k, k, stride, padding, fill=-xp.inf).reshape(n, c, oh, ow, k * k)
     picked = flat.argmax(axis=-1)[..., None] == xp.arange(k * k)      # the first maximum
-    return _fold(xp, (picked * g[..., None]).reshape(n, c, oh, ow, k, k), x.shape, stride, 0)
+    return _fold(xp, (picked * g[..., None]).reshape(n, c, oh, ow, k, k), x.shape, stride,
+                 padding)
 
 
-def _avg_pool_backward(g, xp, k, stride, x_shape):
+def _avg_pool_backward(g, xp, k, stride, padding, x_shape):
     cols = xp.broadcast_to((g / (k * k))[..., None, None], g.shape + (k, k))
-    return _fold(xp, cols, x_shape, stride, 0)
+    return _fold(xp, cols, x_shape, stride, padding)
 
 
-MAX_POOL = op_kernel(lambda x, xp, k, stride: _windows(xp, x, k, k, stride, 0).max(axis=(4, 5)),
-                     name="max_pool2d", shape=_pool_rule, flops=_pool_flops)
-AVG_POOL = op_kernel(lambda x, xp, k, stride: _windows(xp, x, k, k, stride, 0).mean(axis=(4, 5)),
+MAX_POOL = op_kernel(_max_pool, name="max_pool2d", shape=_pool_rule, flops=_pool_flops)
+AVG_POOL = op_kernel(lambda x, xp, k, stride, padding:
+                     _windows(xp, x, k, k, stride, padding).mean(axis=(4, 5)),
                      name="avg_pool2d", shape=_pool_rule, flops=_pool_flops)
 MAX_POOL_BACKWARD = op_kernel(_max_pool_backward, name="max_pool2d_backward",
-                              shape=lambda x, g, k, stride: x, flops=_pool_flops)
+                              shape=lambda x, g, k, stride, padding: x, flops=_pool_flops)
 AVG_POOL_BACKWARD = op_kernel(_avg_pool_backward, name="avg_pool2d_backward",
-                              shape=lambda g, k, stride, x_shape: (tuple(x_shape), g[1]),
-                              flops=lambda g, k, stride, x_shape: float(numel(g[0]) * k * k))
+                              shape=lambda g, k, stride, padding, x_shape: (tuple(x_shape), g[1]),
+                              flops=lambda g, k, stride, padding, x_shape:
+                              float(numel(g[0]) * k * k))
 
 
 def _max_pool_grad(node, g):
@@ -152,21 +167,70 @@ def _avg_pool_grad(node, g):
     return (AVG_POOL_BACKWARD(g, x_shape=node.shapes[0], **node.attrs),)
 
 
-def _pool(kernel, backward, x, k, stride):
-    check_tensors(kernel.name, x)
+def _pool(kernel, backward, x, k, stride, padding):
+    name = kernel.name
+    check_tensors(name, x)
     if x.ndim != 4:
-        raise ValueError(f"{kernel.name}: x must be (N, C, H, W), got {x.shape}")
-    attrs = dict(k=int(k), stride=int(k if stride is None else stride))
+        raise ValueError(f"{name}: x must be (N, C, H, W), got {x.shape}")
+    k, stride, padding = int(k), int(k if stride is None else stride), int(padding)
+    if k < 1 or stride < 1 or not 0 <= padding <= k // 2:
+        raise ValueError(f"{name}: need window k >= 1, stride >= 1 and 0 <= padding <= k // 2, "
+                         f"got k={k}, stride={stride}, padding={padding}")
+    if min(x.shape[2:]) + 2 * padding < k:
+        raise ValueError(f"{name}: window {k} does not fit in {x.shape[2:]} padded by {padding}")
+    attrs = dict(k=k, stride=stride, padding=padding)
     saved = (x,) if kernel is MAX_POOL else ()
-    return record(kernel(x, **attrs), (x,), backward, saved=saved, name=kernel.name, **attrs)
+    return record(kernel(x, **attrs), (x,), backward, saved=saved, name=name, **attrs)
 
 
-def max_pool2d(x, k, stride=None):
-    """Maximum over k x k windows of x (N, C, H, W), stride k unless given; the gradient goes
-    to the first maximum of each window."""
-    return _pool(MAX_POOL, _max_pool_grad, x, k, stride)
+def max_pool2d(x, k, stride=None, padding=0):
+    """Maximum over k x k windows of x (N, C, H, W), stride k unless given, padded with -inf
+    (padding <= k // 2); the gradient goes to the first maximum of each window."""
+    return _pool(MAX_POOL, _max_pool_grad, x, k, stride, padding)
 
 
-def avg_pool2d(x, k, stride=None):
-    """Mean over k x k windows of x (N, C, H, W), stride k unless given."""
-    return _pool(AVG_POOL, _avg_pool_grad, x, k, stride)
+def avg_pool2d(x, k, stride=None, padding=0):
+    """Mean over k x k windows of x (N, C, H, W), stride k unless given, zero-padded (padding
+    <= k // 2); padded zeros count in the mean (PyTorch's count_include_pad=True)."""
+    return _pool(AVG_POOL, _avg_pool_grad, x, k, stride, padding)
+
+
+# ---- upsampling -------------------------------------------------------------------------------
+
+
+def _upsample(x, xp, scale):
+    n, c, h, w = x.shape
+    out = xp.empty((n, c, h, scale, w, scale), dtype=x.dtype)   # a fresh array, also at scale 1
+    out[...] = x[:, :, :, None, :, None]
+    return out.reshape(n, c, h * scale, w * scale)
+
+
+def _upsample_backward(g, xp, scale):
+    n, c, h, w = g.shape
+    return g.reshape(n, c, h // scale, scale, w // scale, scale).sum(axis=(3, 5))
+
+
+UPSAMPLE = op_kernel(_upsample, name="upsample_nearest2d",
+                     shape=lambda x, scale: ((*x[0][:2], x[0][2] * scale, x[0][3] * scale), x[1]),
+                     flops=lambda x, scale: float(numel(x[0]) * scale * scale))
+UPSAMPLE_BACKWARD = op_kernel(_upsample_backward, name="upsample_nearest2d_backward",
+                              shape=lambda g, scale: ((*g[0][:2], g[0][2] // scale,
+                                                       g[0][3] // scale), g[1]),
+                              flops=lambda g, scale: float(numel(g[0])))
+
+
+def _upsample_grad(node, g):
+    return (UPSAMPLE_BACKWARD(g, **node.attrs),)
+
+
+def upsample_nearest2d(x, scale):
+    """x (N, C, H, W) -> (N, C, H * scale, W * scale): each pixel repeated in a scale x scale
+    block (nearest neighbour, integer scale)."""
+    check_tensors("upsample_nearest2d", x)
+    if x.ndim != 4:
+        raise ValueError(f"upsample_nearest2d: x must be (N, C, H, W), got {x.shape}")
+    if not isinstance(scale, numbers.Integral) or isinstance(scale, bool) or scale < 1:
+        raise ValueError(f"upsample_nearest2d: scale must be an int >= 1, got {scale!r}")
+    scale = int(scale)
+    return record(UPSAMPLE(x, scale=scale), (x,), _upsample_grad, name="upsample_nearest2d",
+                  scale=scale)

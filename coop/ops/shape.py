@@ -1,5 +1,5 @@
 """Shape ops: reshape, transpose, basic indexing and broadcast_to (views of their input's
-storage where the array module makes one), concatenate and stack (new storages).
+storage where the array module makes one), concatenate, stack, pad and roll (new storages).
 """
 import numbers
 
@@ -58,6 +58,15 @@ CONCATENATE = op_kernel(lambda *xs, xp, axis: xp.concatenate(xs, axis=axis), nam
                         shape=lambda *specs, axis: _joined(specs, axis, stack=False))
 STACK = op_kernel(lambda *xs, xp, axis: xp.stack(xs, axis=axis), name="stack",
                   shape=lambda *specs, axis: _joined(specs, axis, stack=True))
+
+PAD = op_kernel(lambda x, xp, pad_width: xp.pad(x, pad_width), name="pad",
+               shape=_view_rule(lambda s, pad_width: tuple(d + b + a for d, (b, a)
+                                                           in zip(s, pad_width))),
+               flops=lambda x, pad_width: float(numel(d + b + a for d, (b, a)
+                                                      in zip(x[0], pad_width))))
+ROLL = op_kernel(lambda x, xp, shift, axis: xp.roll(x, shift, axis), name="roll",
+                 shape=_view_rule(lambda s, shift, axis: s),
+                 flops=lambda x, shift, axis: float(numel(x[0])))
 
 # ---- ops --------------------------------------------------------------------------------------
 
@@ -167,3 +176,64 @@ def stack(tensors, axis=0):
     axis = axes_of(axis, tensors[0].ndim + 1)[0]
     _joined([(t.shape, t.dtype) for t in tensors], axis, stack=True)    # raises on a mismatch
     return record(STACK(*tensors, axis=axis), tensors, _stack_backward, name="stack", axis=axis)
+
+
+def _pad_backward(node, g):
+    pairs = zip(node.shapes[0], node.attrs["pad_width"])
+    return (getitem(g, tuple(slice(before, before + d) for d, (before, _) in pairs)),)
+
+
+def _pad_width(pad_width, ndim):
+    """pad_width as a tuple of ndim (before, after) pairs of non-negative ints."""
+    try:
+        pairs = tuple((int(b), int(a)) for b, a in pad_width)
+        exact = all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                    for pair in pad_width for v in pair)
+    except (TypeError, ValueError):
+        pairs, exact = (), False
+    if not exact or len(pairs) != ndim or any(v < 0 for pair in pairs for v in pair):
+        raise ValueError(f"pad: pad_width must be {ndim} (before, after) pairs of non-negative "
+                         f"ints, one per axis, got {pad_width!r}")
+    return pairs
+
+
+def pad(x, pad_width):
+    """x zero-padded: pad_width holds one (before, after) pair of ints per axis (numpy.pad's
+    constant mode)."""
+    check_tensors("pad", x)
+    pad_width = _pad_width(pad_width, x.ndim)
+    return record(PAD(x, pad_width=pad_width), (x,), _pad_backward, name="pad",
+                  pad_width=pad_width)
+
+
+def _roll_backward(node, g):
+    return (roll(g, tuple(-s for s in node.attrs["shift"]), node.attrs["axis"]),)
+
+
+def _roll_args(shift, axis, ndim):
+    """(shift, axis) as equal-length tuples of ints, broadcast as numpy.roll does."""
+    def ints(v):
+        v = (v,) if not isinstance(v, (tuple, list)) else tuple(v)
+        if not v or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool)
+                            for i in v):
+            raise ValueError(f"roll: shift and axis must be ints or tuples of ints, got "
+                             f"{shift!r} and {axis!r}")
+        return tuple(int(i) for i in v)
+    shift, axis = ints(shift), ints(axis)
+    if len(shift) != len(axis) and 1 not in (len(shift), len(axis)):
+        raise ValueError(f"roll: {len(shift)} shifts for {len(axis)} axes")
+    n = max(len(shift), len(axis))
+    shift, axis = shift * (n // len(shift)), axis * (n // len(axis))
+    for a in axis:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"roll: axis {a} is out of bounds for a {ndim}-d tensor")
+    return shift, tuple(a % ndim for a in axis)
+
+
+def roll(x, shift, axis):
+    """x with elements shifted by `shift` along `axis` (ints or tuples; numpy.roll): those
+    that leave one end come back at the other."""
+    check_tensors("roll", x)
+    shift, axis = _roll_args(shift, axis, x.ndim)
+    return record(ROLL(x, shift=shift, axis=axis), (x,), _roll_backward, name="roll",
+                  shift=shift, axis=axis)
