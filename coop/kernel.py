@@ -11,7 +11,7 @@ from coop._core import CHEAP, EXPENSIVE
 #: ops whose outputs are expensive per byte (the paper's table): placed at the low end
 EXPENSIVE_OPS = frozenset({
     "matmul", "batch_matmul", "bmm", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
-    "add_n",
+    "conv_transpose2d", "conv_transpose2d_grad_input", "conv_transpose2d_grad_weight", "add_n",
 })
 
 

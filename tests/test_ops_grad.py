@@ -53,6 +53,19 @@ def np_conv2d(x, w, b=None, stride=1, padding=0):
     return out if b is None else out + b[None, :, None, None]
 
 
+def np_conv_transpose2d(x, w, b=None, stride=1, padding=0):
+    """Each input pixel scatters its kernel-weighted copy; then the border is cropped."""
+    n, _, h, wd = x.shape
+    _, f, kh, kw = w.shape
+    full = np.zeros((n, f, (h - 1) * stride + kh, (wd - 1) * stride + kw))
+    for i in range(h):
+        for j in range(wd):
+            full[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw] += np.einsum(
+                "nc,cfhw->nfhw", x[:, :, i, j], w)
+    out = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
+    return out if b is None else out + b[None, :, None, None]
+
+
 def np_pool(x, k, stride, reduce, padding=0, fill=0.0):
     x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=fill)
     oh, ow = (x.shape[2] - k) // stride + 1, (x.shape[3] - k) // stride + 1
@@ -152,6 +165,14 @@ CASES = {
                lambda x, w, b: np_conv2d(x, w, b, padding=1)),
     "conv2d/stride": (lambda x, w: ops.conv2d(x, w, stride=2), (N(1, 2, 6, 5), N(3, 2, 2, 3)),
                       lambda x, w: np_conv2d(x, w, stride=2)),
+    "conv_transpose2d": (lambda x, w, b: ops.conv_transpose2d(x, w, b, stride=2, padding=1),
+                         (N(2, 3, 3, 4), N(3, 2, 3, 3), N(2)),
+                         lambda x, w, b: np_conv_transpose2d(x, w, b, stride=2, padding=1)),
+    "conv_transpose2d/stride1": (ops.conv_transpose2d, (N(1, 2, 3, 3), N(2, 3, 2, 3)),
+                                 np_conv_transpose2d),
+    "conv_transpose2d/unet": (lambda x, w, b: ops.conv_transpose2d(x, w, b, stride=2),
+                              (N(1, 2, 2, 3), N(2, 2, 2, 2), N(2)),
+                              lambda x, w, b: np_conv_transpose2d(x, w, b, stride=2)),
     "max_pool2d": (lambda x: ops.max_pool2d(x, 2), (D(2, 2, 4, 4),),
                    lambda x: np_pool(x, 2, 2, np.max)),
     "max_pool2d/overlap": (lambda x: ops.max_pool2d(x, 3, 2), (D(1, 2, 5, 5),),
@@ -221,8 +242,10 @@ def test_shape_rules_match_the_host(name, dtype):
 
 
 def test_kernel_classes_follow_the_papers_table(tmp_path):
-    """matmul, batch_matmul, conv2d and its gradients, add_n are EXPENSIVE; all else CHEAP."""
+    """matmul, batch_matmul, conv2d, conv_transpose2d and their gradients, add_n are EXPENSIVE;
+    all else CHEAP."""
     expensive = {"matmul", "batch_matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
+                 "conv_transpose2d", "conv_transpose2d_grad_input", "conv_transpose2d_grad_weight",
                  "add_n"}
     classes = {}
     for k, (name, (fn, args, _)) in enumerate(CASES.items()):
@@ -297,6 +320,21 @@ def test_batch_norm_updates_running_statistics_in_place_and_eval_uses_them():
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
 
 
+def test_conv_transpose2d_is_the_adjoint_of_conv2d():
+    """<conv2d(y, w), x> == <y, conv_transpose2d(x, w)> for every stride and padding."""
+    rt = host_runtime()
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 2, 3, 3))
+    for stride, padding in ((1, 0), (2, 1), (3, 2)):
+        x = rng.standard_normal((2, 3, 4, 3))
+        y = ops.conv_transpose2d(rt.tensor(x), rt.tensor(w), stride=stride, padding=padding)
+        y_np = rng.standard_normal(y.shape)
+        down = ops.conv2d(rt.tensor(y_np), rt.tensor(w), stride=stride, padding=padding)
+        assert down.shape == x.shape
+        np.testing.assert_allclose(np.sum(down.numpy() * x), np.sum(y_np * y.numpy()),
+                                   rtol=1e-12)
+
+
 def test_padded_max_pool_pads_with_minus_infinity_and_avg_pool_counts_the_zeros():
     rt = host_runtime()
     x = rt.tensor(-np.arange(1.0, 17.0).reshape(1, 1, 4, 4), requires_grad=True)
@@ -328,6 +366,11 @@ def test_embedding_gradient_accumulates_repeated_indices():
     (lambda t: ops.cross_entropy(t["m"], t["m"]), "integer targets"),
     (lambda t: ops.add_n(t["m"], t["v"]), "one shape and dtype"),
     (lambda t: ops.conv2d(t["m"], t["m"]), "conv2d: x"),
+    (lambda t: ops.conv_transpose2d(t["img"], t["m"]), "conv_transpose2d: x"),
+    (lambda t: ops.conv_transpose2d(t["img"], t["w"], t["m"]), "conv_transpose2d: x"),
+    (lambda t: ops.conv_transpose2d(t["img"], t["w"][:1]), "2 channels, weight expects 1"),
+    (lambda t: ops.conv_transpose2d(t["img"], t["w"], padding=4), "padding 4 leaves no output"),
+    (lambda t: ops.conv_transpose2d(t["img"], t["w"], stride=0), "stride >= 1"),
     (lambda t: ops.pad(t["m"], ((1, 1),)), "pad: pad_width must be 2"),
     (lambda t: ops.pad(t["m"], ((1, -1), (0, 0))), "pad: pad_width"),
     (lambda t: ops.pad(t["m"], ((1, 1.5), (0, 0))), "pad: pad_width"),
@@ -346,7 +389,7 @@ def test_embedding_gradient_accumulates_repeated_indices():
 def test_bad_arguments_raise_with_the_op_in_the_message(call, error):
     rt = host_runtime()
     tensors = {"m": rt.tensor(np.ones((2, 3))), "v": rt.tensor(np.ones(3)),
-               "img": rt.tensor(np.ones((1, 2, 4, 4)))}
+               "img": rt.tensor(np.ones((1, 2, 4, 4))), "w": rt.tensor(np.ones((2, 3, 2, 2)))}
     with pytest.raises((ValueError, TypeError), match=error):
         call(tensors)
 

@@ -4,9 +4,16 @@ Each op runs a forward kernel through ``coop.apply`` and records a backward node
 (coop/autograd.py) whose backward kernels also run through it, so activations and gradients
 are storages the runtime may evict and recompute. Every kernel has a shape rule and a FLOP
 estimate (the simulation backend runs on those) and a class: matmul, batch_matmul, conv2d,
-conv2d_grad_input, conv2d_grad_weight and add_n are EXPENSIVE, the rest CHEAP.
+conv2d_grad_input, conv2d_grad_weight, conv_transpose2d, conv_transpose2d_grad_input,
+conv_transpose2d_grad_weight and add_n are EXPENSIVE, the rest CHEAP.
 """
-from coop.ops.conv import avg_pool2d, conv2d, max_pool2d, upsample_nearest2d
+from coop.ops.conv import (
+    avg_pool2d,
+    conv2d,
+    conv_transpose2d,
+    max_pool2d,
+    upsample_nearest2d,
+)
 from coop.ops.elementwise import (
     add,
     add_n,
@@ -48,8 +55,8 @@ from coop.ops.shape import (
 )
 
 __all__ = ["add", "add_n", "avg_pool2d", "batch_norm", "broadcast_to", "concatenate", "conv2d",
-           "copy", "cross_entropy", "div", "dropout", "embedding", "exp", "gelu", "getitem",
-           "layer_norm", "log", "log_softmax", "lstm_cell", "matmul", "max", "max_pool2d", "mean",
-           "mul", "neg", "ones_like", "pad", "pow", "relu", "reshape", "roll", "sigmoid", "softmax",
-           "sqrt", "stack", "sub", "sum", "sum_to", "tanh", "transpose", "upsample_nearest2d",
-           "var"]
+           "conv_transpose2d", "copy", "cross_entropy", "div", "dropout", "embedding", "exp",
+           "gelu", "getitem", "layer_norm", "log", "log_softmax", "lstm_cell", "matmul", "max",
+           "max_pool2d", "mean", "mul", "neg", "ones_like", "pad", "pow", "relu", "reshape", "roll",
+           "sigmoid", "softmax", "sqrt", "stack", "sub", "sum", "sum_to", "tanh", "transpose",
+           "upsample_nearest2d", "var"]

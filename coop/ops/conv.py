@@ -1,6 +1,7 @@
 """Convolution and pooling on NCHW tensors, via sliding windows (stride tricks: no copy until
 the product) and tensordot: conv2d, its gradients ("conv2d_grad_input", "conv2d_grad_weight",
-EXPENSIVE in the paper's table), max_pool2d and avg_pool2d (square windows, optional
+EXPENSIVE in the paper's table), conv_transpose2d (its adjoint, built from the same pieces; it
+and its gradients are EXPENSIVE too), max_pool2d and avg_pool2d (square windows, optional
 padding) and nearest-neighbour upsampling.
 """
 import numbers
@@ -111,6 +112,84 @@ def conv2d(x, w, b=None, stride=1, padding=0):
     attrs = dict(stride=int(stride), padding=int(padding))
     return record(CONV2D(*inputs, **attrs), inputs, _conv2d_backward, saved=(x, w),
                   name="conv2d", **attrs)
+
+
+# ---- conv_transpose2d: the adjoint of conv2d ---------------------------------------------------
+
+
+def _transpose_dims(x_shape, w_shape, stride, padding):
+    (n, c, h, w), (c_w, f, kh, kw) = x_shape, w_shape
+    if c != c_w:
+        raise ValueError(f"conv_transpose2d: input has {c} channels, weight expects {c_w}")
+    oh, ow = (h - 1) * stride - 2 * padding + kh, (w - 1) * stride - 2 * padding + kw
+    if oh < 1 or ow < 1:
+        raise ValueError(f"conv_transpose2d: padding {padding} leaves no output for a {h}x{w} "
+                         f"input, a {kh}x{kw} kernel and stride {stride}")
+    return n, f, oh, ow
+
+
+def _conv_transpose2d(x, w, *bias, xp, stride, padding):
+    shape = _transpose_dims(x.shape, w.shape, stride, padding)
+    out = _conv2d_grad_input(x, w, xp, stride, padding, shape)         # a fresh array
+    if bias:
+        out += bias[0][:, None, None]
+    return out
+
+
+def _transpose_flops(x, w, *rest, **attrs):
+    return _conv_flops(*x[0], *w[0][1:])
+
+
+CONV_TRANSPOSE2D = op_kernel(
+    _conv_transpose2d, name="conv_transpose2d",
+    shape=lambda x, w, *b, stride, padding: (_transpose_dims(x[0], w[0], stride, padding), x[1]),
+    flops=_transpose_flops)
+# d/dx is conv2d of the output gradient with the same weight; d/dw is conv2d's weight gradient
+# with the roles of input and output gradient swapped
+CONV_TRANSPOSE2D_GRAD_INPUT = op_kernel(
+    _conv2d, name="conv_transpose2d_grad_input",
+    shape=lambda g, w, stride, padding: (_conv_dims(g[0], w[0], stride, padding), g[1]),
+    flops=lambda g, w, stride, padding: _conv_flops(
+        *_conv_dims(g[0], w[0], stride, padding), *w[0][1:]))
+CONV_TRANSPOSE2D_GRAD_WEIGHT = op_kernel(
+    lambda x, g, xp, stride, padding, kernel_size:
+    _conv2d_grad_weight(g, x, xp, stride, padding, kernel_size),
+    name="conv_transpose2d_grad_weight",
+    shape=lambda x, g, stride, padding, kernel_size: ((x[0][1], g[0][1], *kernel_size), x[1]),
+    flops=lambda x, g, stride, padding, kernel_size: _conv_flops(*x[0], g[0][1], *kernel_size))
+
+
+def _conv_transpose2d_backward(node, g):
+    x, w = node.saved
+    stride, padding = node.attrs["stride"], node.attrs["padding"]
+    gx = gw = gb = None
+    if node.needs[0]:
+        gx = CONV_TRANSPOSE2D_GRAD_INPUT(g, w, stride=stride, padding=padding)
+    if node.needs[1]:
+        gw = CONV_TRANSPOSE2D_GRAD_WEIGHT(x, g, stride=stride, padding=padding,
+                                          kernel_size=w.shape[2:])
+    if len(node.needs) > 2 and node.needs[2]:
+        gb = reduce_sum(g, axis=(0, 2, 3))
+    return gx, gw, gb
+
+
+def conv_transpose2d(x, w, b=None, stride=1, padding=0):
+    """Transposed convolution (PyTorch's): x (N, C_in, H, W), w (C_in, C_out, kh, kw), bias b
+    (C_out,) -> (N, C_out, (H - 1) * stride - 2 * padding + kh, likewise W): the adjoint of
+    conv2d, each input pixel scattering its kernel-weighted copy onto the output."""
+    inputs = check_tensors("conv_transpose2d", x, w, *(() if b is None else (b,)))
+    if x.ndim != 4 or w.ndim != 4 or (b is not None and b.shape != w.shape[1:2]):
+        raise ValueError(f"conv_transpose2d: x (N, C_in, H, W), w (C_in, C_out, kh, kw), "
+                         f"b (C_out,); got {x.shape}, {w.shape}"
+                         f"{'' if b is None else ', ' + str(b.shape)}")
+    stride, padding = int(stride), int(padding)
+    if stride < 1 or padding < 0:
+        raise ValueError(f"conv_transpose2d: need stride >= 1 and padding >= 0, got stride "
+                         f"{stride}, padding {padding}")
+    _transpose_dims(x.shape, w.shape, stride, padding)                 # raises on a mismatch
+    attrs = dict(stride=stride, padding=padding)
+    return record(CONV_TRANSPOSE2D(*inputs, **attrs), inputs, _conv_transpose2d_backward,
+                  saved=(x, w), name="conv_transpose2d", **attrs)
 
 
 # ---- pooling ----------------------------------------------------------------------------------
