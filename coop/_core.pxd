@@ -57,6 +57,9 @@ cdef struct EvictedClass:
     int size           # number of members
 
 
+cdef class Evictor
+
+
 cdef class Arena:
     cdef readonly size_t capacity       # usable bytes: the budget rounded down to the alignment
     cdef readonly size_t alignment      # a power of two
@@ -120,3 +123,20 @@ cdef class Arena:
     cdef size_t _checked_request(self, nbytes) except? 0
     cdef int _unbound_slot(self, storage) except -2
     cdef object _oom(self, size_t size, policy)
+    # C-level API for Cython owners (the trace replayer): storage slots instead of ids
+    cdef Py_ssize_t c_allocate_or_evict(self, size_t size, int placement, int code, double now,
+                                        int slot, Evictor evictor, object policy) except -2
+    cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbours,
+                           bint evictable) except -1
+    cdef void c_remove_storage(self, int slot) noexcept
+    cdef void c_pin(self, int slot, int delta) noexcept
+    cdef void c_touch(self, int slot, double now) noexcept
+
+
+cdef class Evictor:
+    """What allocate_or_evict calls with the victims' storage slots; it must free each
+    victim's piece (or make it unevictable)."""
+    cdef int evict(self, Arena arena, vector[int]& victims) except -1
+
+
+cdef int policy_code(policy, bint ideal) except -1

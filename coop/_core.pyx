@@ -34,7 +34,7 @@ cdef inline double _monotonic() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-cdef int _policy_code(policy, bint ideal) except -1:
+cdef int policy_code(policy, bint ideal) except -1:
     cdef int code
     try:
         code = _POLICY_CODES[policy]
@@ -550,56 +550,15 @@ cdef class Arena:
         if self.by_sid.count(key):
             raise ValueError(f"storage {key} is already registered")
         cdef double c = _cost_arg(cost)
-        cdef list slots = []
+        cdef vector[int] slots
         for n in neighbors:
             if n != key:
-                slots.append(self._slot(n))
-        cdef int slot
-        if not self.storage_pool.empty():
-            slot = self.storage_pool.back()
-            self.storage_pool.pop_back()
-        else:
-            slot = <int>self.storages.size()
-            self.storages.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False))
-            self.adjacency.push_back(vector[int]())
-            self.stamps.push_back(0)
-        self.storages[slot] = Storage(key, c, c, 0.0, -1, 0, bool(evictable), -1, slot, slot, True)
-        self.adjacency[slot].clear()
-        self.by_sid[key] = slot
-        cdef int n_slot
-        for n_slot in slots:
-            if not _contains(self.adjacency[slot], n_slot):
-                self.adjacency[slot].push_back(n_slot)
-                self.adjacency[n_slot].push_back(slot)
+                slots.push_back(self._slot(n))
+        self.c_add_storage(key, c, slots, bool(evictable))
 
     def remove_storage(self, sid):
         """Forget sid; if resident its piece stays used, anonymous, until freed."""
-        cdef int slot = self._slot(sid)
-        cdef Storage* st = &self.storages[slot]
-        cdef int c = st.cls
-        cdef int n, k
-        if st.piece >= 0:
-            self.pieces_[st.piece].storage = -1
-            k = _entry(self, st.piece)
-            self.blocks[self.pieces_[st.piece].block].flags[k] = 0
-            self.blocks[self.pieces_[st.piece].block].cprime[k] = 0.0
-            st.piece = -1
-        for n in self.adjacency[slot]:
-            _remove(self.adjacency[n], slot)
-        if c >= 0:
-            # only an evicted storage counts in its neighbours' c': refresh them now that it
-            # is gone (the class's frontier, and the neighbours themselves if the class died)
-            self._class_leave(slot)
-            if self.classes[c].head >= 0:
-                self._refresh_class(c)
-            for n in self.adjacency[slot]:
-                if self.storages[n].piece >= 0:
-                    self.storages[n].cprime = self._cprime(n)
-                    self._sync(n)
-        self.adjacency[slot].clear()
-        self.by_sid.erase(self.storages[slot].sid)
-        self.storages[slot].live = False
-        self.storage_pool.push_back(slot)
+        self.c_remove_storage(self._slot(sid))
 
     def has_storage(self, sid):
         return self.by_sid.count(_index(sid)) > 0
@@ -623,21 +582,16 @@ cdef class Arena:
         self._sync(slot)
 
     def pin(self, sid):
-        cdef int slot = self._slot(sid)
-        self.storages[slot].pins += 1
-        self._sync(slot)
+        self.c_pin(self._slot(sid), 1)
 
     def unpin(self, sid):
         cdef int slot = self._slot(sid)
         if self.storages[slot].pins == 0:
             raise ValueError(f"unpin of storage {sid}, which is not pinned")
-        self.storages[slot].pins -= 1
-        self._sync(slot)
+        self.c_pin(slot, -1)
 
     def touch(self, sid, now):
-        cdef int slot = self._slot(sid)
-        self.storages[slot].last_access = float(now)
-        self._sync(slot)
+        self.c_touch(self._slot(sid), float(now))
 
     def storage_info(self, sid):
         cdef int slot = self._slot(sid)
@@ -669,7 +623,7 @@ cdef class Arena:
     def choose_victims(self, nbytes, policy, now):
         """The storages the policy would evict for a request of nbytes (evicts nothing)."""
         cdef size_t size = self._checked_request(nbytes)
-        cdef int code = _policy_code(policy, self.ideal)
+        cdef int code = policy_code(policy, self.ideal)
         cdef vector[int] victims
         self._choose(size, code, float(now), victims)
         return [self.storages[s].sid for s in victims]
@@ -677,47 +631,10 @@ cdef class Arena:
     def allocate_or_evict(self, nbytes, cls, policy, now, evict, storage=NO_STORAGE):
         """Place nbytes, evicting through evict(list of storage ids) until it fits."""
         cdef size_t size = self._checked_request(nbytes)
-        cdef int code = _policy_code(policy, self.ideal)
+        cdef int code = policy_code(policy, self.ideal)
         cdef int slot = self._unbound_slot(storage)
-        cdef int placement = _class_arg(cls)
-        cdef double clock = float(now)
-        cdef vector[int] victims
-        cdef double t0
-        cdef Py_ssize_t off
-        cdef size_t free_bytes
-        while True:
-            off = self.c_allocate(size, placement, slot)
-            if off >= 0:
-                return off
-            t0 = _monotonic()
-            self._choose(size, code, clock, victims)
-            self.search_time += _monotonic() - t0
-            self.searches += 1
-            free_bytes = self.capacity - self.used_bytes
-            self.frag_sum += <double>free_bytes / <double>self.capacity
-            if victims.empty():
-                self.failed += 1
-                self.largest_ratio_sum += (
-                    <double>self.largest_free() / <double>free_bytes if free_bytes else 1.0)
-                raise self._oom(size, policy)
-            ids = [self.storages[s].sid for s in victims]
-            sizes = [self.pieces_[self.storages[s].piece].size for s in victims]
-            evict(ids)
-            still = []
-            for sid, nb in zip(ids, sizes):
-                if not self.by_sid.count(sid) or self.storages[self.by_sid[sid]].piece < 0:
-                    self.evictions += 1
-                    self.bytes_evicted += nb
-                elif self._candidate(self.storages[self.by_sid[sid]].piece):
-                    still.append(sid)
-            # a victim the owner could not drop (held elsewhere) must have been made unevictable
-            # or pinned by the callback; one left a candidate would be chosen again forever
-            if still:
-                raise RuntimeError(f"the evict callback left storages {still} resident and "
-                                   "evictable; it must free each victim's piece or mark it unevictable")
-            # the callback may have removed the storage being placed
-            if slot >= 0 and not self.by_sid.count(_index(storage)):
-                raise ValueError(f"storage {storage} was removed during its own allocation")
+        return self.c_allocate_or_evict(size, _class_arg(cls), code, float(now), slot,
+                                        _CallbackEvictor(evict), policy)
 
     def stats(self):
         return {
@@ -745,6 +662,115 @@ cdef class Arena:
     def __repr__(self):
         return (f"<coop.Arena capacity={self.capacity} used={self.used_bytes} "
                 f"pieces={self.n_pieces} free_pieces={self.n_free_pieces}>")
+
+    # ---- C-level API (storage slots; for Cython owners such as the trace replayer) ----------
+
+    cdef Py_ssize_t c_allocate_or_evict(self, size_t size, int placement, int code, double now,
+                                        int slot, Evictor evictor, object policy) except -2:
+        """The eviction loop: place size bytes (already a request size), evicting the policy's
+        victims through evictor until it fits. slot: the storage being placed, or -1."""
+        cdef vector[int] victims
+        cdef vector[int64_t] ids
+        cdef vector[size_t] sizes
+        cdef int64_t key = self.storages[slot].sid if slot >= 0 else -1
+        cdef double t0
+        cdef Py_ssize_t off
+        cdef size_t free_bytes
+        cdef size_t k
+        cdef int s
+        while True:
+            off = self.c_allocate(size, placement, slot)
+            if off >= 0:
+                return off
+            t0 = _monotonic()
+            self._choose(size, code, now, victims)
+            self.search_time += _monotonic() - t0
+            self.searches += 1
+            free_bytes = self.capacity - self.used_bytes
+            self.frag_sum += <double>free_bytes / <double>self.capacity
+            if victims.empty():
+                self.failed += 1
+                self.largest_ratio_sum += (
+                    <double>self.largest_free() / <double>free_bytes if free_bytes else 1.0)
+                raise self._oom(size, policy)
+            ids.clear()
+            sizes.clear()
+            for s in victims:
+                ids.push_back(self.storages[s].sid)
+                sizes.push_back(self.pieces_[self.storages[s].piece].size)
+            evictor.evict(self, victims)
+            still = []
+            for k in range(ids.size()):
+                if not self.by_sid.count(ids[k]) or self.storages[self.by_sid[ids[k]]].piece < 0:
+                    self.evictions += 1
+                    self.bytes_evicted += sizes[k]
+                elif self._candidate(self.storages[self.by_sid[ids[k]]].piece):
+                    still.append(ids[k])
+            # a victim the owner could not drop (held elsewhere) must have been made unevictable
+            # or pinned by the callback; one left a candidate would be chosen again forever
+            if still:
+                raise RuntimeError(f"the evict callback left storages {still} resident and "
+                                   "evictable; it must free each victim's piece or mark it unevictable")
+            # the callback may have removed the storage being placed
+            if slot >= 0 and not self.by_sid.count(key):
+                raise ValueError(f"storage {key} was removed during its own allocation")
+
+    cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbours,
+                           bint evictable) except -1:
+        """Register key (not resident) with neighbour slots (distinct from its own); its slot."""
+        cdef int slot
+        if not self.storage_pool.empty():
+            slot = self.storage_pool.back()
+            self.storage_pool.pop_back()
+        else:
+            slot = <int>self.storages.size()
+            self.storages.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False))
+            self.adjacency.push_back(vector[int]())
+            self.stamps.push_back(0)
+        self.storages[slot] = Storage(key, cost, cost, 0.0, -1, 0, evictable, -1, slot, slot, True)
+        self.adjacency[slot].clear()
+        self.by_sid[key] = slot
+        cdef int n_slot
+        for n_slot in neighbours:
+            if not _contains(self.adjacency[slot], n_slot):
+                self.adjacency[slot].push_back(n_slot)
+                self.adjacency[n_slot].push_back(slot)
+        return slot
+
+    cdef void c_remove_storage(self, int slot) noexcept:
+        cdef Storage* st = &self.storages[slot]
+        cdef int c = st.cls
+        cdef int n, k
+        if st.piece >= 0:
+            self.pieces_[st.piece].storage = -1
+            k = _entry(self, st.piece)
+            self.blocks[self.pieces_[st.piece].block].flags[k] = 0
+            self.blocks[self.pieces_[st.piece].block].cprime[k] = 0.0
+            st.piece = -1
+        for n in self.adjacency[slot]:
+            _remove(self.adjacency[n], slot)
+        if c >= 0:
+            # only an evicted storage counts in its neighbours' c': refresh them now that it
+            # is gone (the class's frontier, and the neighbours themselves if the class died)
+            self._class_leave(slot)
+            if self.classes[c].head >= 0:
+                self._refresh_class(c)
+            for n in self.adjacency[slot]:
+                if self.storages[n].piece >= 0:
+                    self.storages[n].cprime = self._cprime(n)
+                    self._sync(n)
+        self.adjacency[slot].clear()
+        self.by_sid.erase(self.storages[slot].sid)
+        self.storages[slot].live = False
+        self.storage_pool.push_back(slot)
+
+    cdef void c_pin(self, int slot, int delta) noexcept:
+        self.storages[slot].pins += delta
+        self._sync(slot)
+
+    cdef void c_touch(self, int slot, double now) noexcept:
+        self.storages[slot].last_access = now
+        self._sync(slot)
 
     # ---- argument checks --------------------------------------------------------------------
 
@@ -808,3 +834,21 @@ cdef inline void _remove(vector[int]& items, int value) noexcept:
 
 cdef inline size_t deref_offset(cset[SizeOffset].iterator it) noexcept:
     return deref(it).second
+
+
+cdef class Evictor:
+    cdef int evict(self, Arena arena, vector[int]& victims) except -1:
+        raise NotImplementedError
+
+
+cdef class _CallbackEvictor(Evictor):
+    """Evictor over a Python callable: evict(list of storage ids)."""
+
+    cdef object fn
+
+    def __cinit__(self, fn):
+        self.fn = fn
+
+    cdef int evict(self, Arena arena, vector[int]& victims) except -1:
+        self.fn([arena.storages[s].sid for s in victims])
+        return 0
