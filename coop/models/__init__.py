@@ -1,8 +1,13 @@
-"""Reference models built from coop.nn: an MLP, GPT (GPT-2's layout) and ResNet (basic and
-bottleneck blocks; ``resnet50`` is torchvision's layout). Each takes the runtime first and a
-seed or Generator for reproducible initialization; ``num_parameters()`` counts parameters."""
+"""Reference models built from coop.nn: an MLP, GPT (GPT-2's layout), ResNet (basic and
+bottleneck blocks; ``resnet50``/``resnet152`` are torchvision's layout), DenseNet-121 and BERT
+(masked-LM), and coop.models.paper, the Coop paper's evaluation set. Each takes the runtime
+first and a seed or Generator for reproducible initialization; ``num_parameters()`` counts
+parameters."""
+from coop.models.bert import BERT, bert_large
+from coop.models.densenet import DenseNet, densenet121
 from coop.models.gpt import GPT
 from coop.models.mlp import MLP
-from coop.models.resnet import ResNet, resnet18, resnet50
+from coop.models.resnet import ResNet, resnet18, resnet50, resnet152
 
-__all__ = ["GPT", "MLP", "ResNet", "resnet18", "resnet50"]
+__all__ = ["BERT", "GPT", "MLP", "DenseNet", "ResNet", "bert_large", "densenet121", "resnet18",
+           "resnet50", "resnet152"]

@@ -1,0 +1,93 @@
+"""The evaluation set of the Coop paper (Zhang et al., "Coop: Memory is not a Commodity",
+NeurIPS 2023): nine models at the paper's batch sizes, each run for one training step
+(forward, loss, backward, SGD with momentum) on a simulation backend, where parameters and
+activations are (shape, dtype) specs and op costs come from the runtime's cost model.
+
+The models are the same coop.nn code as real training; fp32 throughout.
+"""
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy
+
+from coop.backends.sim import SimBackend
+from coop.models.bert import bert_large
+from coop.models.densenet import densenet121
+from coop.models.gpt import GPT
+from coop.models.resnet import resnet50, resnet152
+from coop.optim import SGD, AdamW
+from coop.runtime import Runtime
+
+IMAGE = "float32"
+LABEL = "int64"
+
+
+@dataclass(frozen=True)
+class PaperModel:
+    """One model of the evaluation: build(rt) gives a Module whose ``loss(*inputs)`` is the
+    training loss; inputs holds (shape of one example, dtype) per loss argument, the batch
+    dimension left out."""
+
+    build: Callable
+    batch: int       # the paper's batch size
+    inputs: tuple
+
+    @property
+    def input_shape(self):
+        """The shape of one example's first input: an image (C, H, W), token ids (T,)."""
+        return self.inputs[0][0]
+
+    def make_inputs(self, rt, batch=None):
+        """The loss arguments as runtime constants: specs of (batch, *shape), dtype."""
+        batch = self.batch if batch is None else batch
+        return [rt.tensor(((batch, *shape), numpy.dtype(dtype))) for shape, dtype in self.inputs]
+
+
+def _image(size, channels=3):
+    return (((channels, size, size), IMAGE), ((), LABEL))
+
+
+def _gpt2(rt):
+    """GPT-2 small (124,439,808 parameters; 1,024 positions, used 512 at a time here)."""
+    return GPT(rt, 50257, 1024, 12, 12, 768, dropout=0.1)
+
+
+PAPER_MODELS = OrderedDict([
+    ("resnet50", PaperModel(resnet50, 115, _image(224))),
+    ("resnet152", PaperModel(resnet152, 55, _image(224))),
+    ("bert_large", PaperModel(bert_large, 4, (((512,), LABEL),) * 3)),   # ids, types, labels
+    ("densenet121", PaperModel(densenet121, 70, _image(224))),
+    ("gpt2", PaperModel(_gpt2, 8, (((512,), LABEL),) * 2)),              # ids, next-token ids
+])
+
+OPTIMIZERS = {
+    "sgd": lambda params: SGD(params, lr=0.1, momentum=0.9),
+    "adamw": lambda params: AdamW(params, lr=1e-4),
+}
+
+
+def training_step(rt, name, batch=None, optimizer="sgd"):
+    """Build model `name` on rt (a Runtime over a SimBackend), make its inputs, then run one
+    step (forward, loss, backward, optimizer) from rt.mark_start(); returns rt.stats().
+    batch overrides the paper's; optimizer is "sgd" (momentum 0.9) or "adamw"."""
+    if rt.xp is not None:
+        raise ValueError("training_step runs on a simulation backend (coop.SimBackend): its "
+                         "inputs are (shape, dtype) specs")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    spec = PAPER_MODELS[name]
+    model = spec.build(rt)
+    opt = OPTIMIZERS[optimizer](model.parameters())
+    inputs = spec.make_inputs(rt, batch)
+    rt.mark_start()
+    loss = model.loss(*inputs)
+    loss.backward()
+    del loss
+    opt.step()
+    return rt.stats()
+
+
+def num_parameters(name):
+    """Model `name`'s parameter count, built on a simulation backend (nothing allocated)."""
+    return PAPER_MODELS[name].build(Runtime(SimBackend("1TiB"))).num_parameters()

@@ -1,0 +1,80 @@
+"""coop.models.paper: the Coop paper's nine models have their published (or formula) parameter
+counts, and each runs one training step (forward, loss, backward, SGD with momentum) on the
+simulation backend with the a100-80gb cost model; one at its paper batch size peaks within
+bounds worked out from its layers."""
+import pytest
+
+import coop
+from coop.models import paper
+
+
+def sim_runtime():
+    return coop.Runtime(coop.SimBackend("1000GiB", policy="coop"), cost="a100-80gb")
+
+
+def bert_mlm_count(layers=24, d=1024, ff=4096, vocab=30522, positions=512, types=2):
+    """BertForMaskedLM: embeddings (+ LayerNorm), encoder layers, masked-LM head (dense,
+    LayerNorm, decoder bias; the decoder weight is the word embeddings)."""
+    embeddings = (vocab + positions + types) * d + 2 * d
+    layer = 4 * (d * d + d) + (d * ff + ff) + (ff * d + d) + 2 * 2 * d
+    return embeddings + layers * layer + (d * d + d) + 2 * d + vocab
+
+
+def test_bert_mlm_count_against_the_published_count():
+    d, vocab = 1024, 30522
+    pooler, head = d * d + d, (d * d + d) + 2 * d + vocab
+    assert bert_mlm_count() - head + pooler == 335_141_888   # bert-large-uncased, with pooler
+
+
+COUNTS = {
+    "resnet50": 25_557_032,      # torchvision
+    "resnet152": 60_192_808,     # torchvision
+    "bert_large": bert_mlm_count(),
+    "densenet121": 7_978_856,    # torchvision
+    "gpt2": 124_439_808,         # GPT-2 small, LM head tied
+}
+
+
+@pytest.mark.parametrize("name", list(COUNTS))
+def test_parameter_counts(name):
+    assert paper.num_parameters(name) == COUNTS[name]
+
+
+def test_the_paper_set_is_complete():
+    assert list(paper.PAPER_MODELS) == list(COUNTS)
+
+
+@pytest.mark.parametrize("name", list(paper.PAPER_MODELS))
+def test_one_training_step_at_a_small_batch(name):
+    rt = sim_runtime()
+    stats = paper.training_step(rt, name, batch=2)
+    assert stats["compute_overhead"] == 1.0 and stats["recomputes"] == 0
+    assert stats["cost_total"] > 0
+
+
+def resnet50_conv_outputs(size=224):
+    """Elements of every convolution's output, per image, in ResNet-50 (v1.5 bottlenecks)."""
+    s = size // 2
+    total, s_in = 64 * s * s, s // 2
+    for i, n in enumerate((3, 4, 6, 3)):
+        width, s_out = 64 << i, s_in // (2 if i else 1)
+        for j in range(n):
+            total += width * s_in * s_in + width * s_out * s_out + 4 * width * s_out * s_out
+            if j == 0:
+                total += 4 * width * s_out * s_out    # the projection shortcut
+            s_in = s_out
+    return total
+
+
+def test_resnet50_peak_at_the_paper_batch():
+    # ResNet-50 is the fastest of the nine at its paper batch (115). Lower bound: every
+    # convolution's output is saved for its BatchNorm's backward, and the weights, gradients
+    # and momentum buffers are live at the step (3 x 4 bytes per parameter). Upper bound:
+    # each convolution output may also have its BatchNorm and ReLU outputs alive (3x).
+    rt = sim_runtime()
+    batch = paper.PAPER_MODELS["resnet50"].batch
+    paper.training_step(rt, "resnet50")
+    peak = rt.arena.stats()["peak_used_bytes"]
+    activations = 4 * batch * resnet50_conv_outputs()
+    state = 3 * 4 * COUNTS["resnet50"]
+    assert activations + state <= peak <= 3 * activations + state
