@@ -54,6 +54,19 @@ def np_lstm(x, s, hidden):
     return np.stack(outs), h, c
 
 
+def np_conv_transpose2d(x, w, b, stride, padding):
+    """Each input pixel scatters its kernel-weighted copy; then the border is cropped."""
+    n, _, h, wd = x.shape
+    _, f, k, _ = w.shape
+    full = np.zeros((n, f, (h - 1) * stride + k, (wd - 1) * stride + k))
+    for i in range(h):
+        for j in range(wd):
+            full[:, :, i * stride:i * stride + k, j * stride:j * stride + k] += np.einsum(
+                "nc,cfhw->nfhw", x[:, :, i, j], w)
+    crop = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
+    return crop + b[:, None, None]
+
+
 def sub_state(state, prefix):
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
@@ -94,6 +107,39 @@ def test_conv2d_matches_numpy():
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
     want = np.einsum("nchwij,fcij->nfhw", windows, s["weight"]) + s["bias"][:, None, None]
     np.testing.assert_allclose(conv(rt.tensor(x)).numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_conv_transpose2d_matches_numpy_with_pytorchs_layout_and_init():
+    rt = host_runtime()
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 3))
+    up = nn.ConvTranspose2d(rt, 3, 4, 3, stride=2, padding=1, rng=0, **F64)
+    s = up.state_dict()
+    assert s["weight"].shape == (3, 4, 3, 3) and s["bias"].shape == (4,)
+    bound = 1 / math.sqrt(4 * 3 * 3)                 # PyTorch's fan_in: out * k * k
+    assert np.abs(s["weight"]).max() <= bound and np.abs(s["weight"]).max() > 0.9 * bound
+    out = up(rt.tensor(x))
+    assert out.shape == (2, 4, 7, 5)                 # (H - 1) * stride - 2 * padding + k
+    np.testing.assert_allclose(out.numpy(), np_conv_transpose2d(x, s["weight"], s["bias"], 2, 1),
+                               rtol=1e-12, atol=1e-12)
+    assert nn.ConvTranspose2d(rt, 3, 4, 2, bias=False).num_parameters() == 3 * 4 * 2 * 2
+
+
+def test_pooling_and_upsample_layers_match_numpy():
+    rt = host_runtime()
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 6))
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    np.testing.assert_array_equal(nn.MaxPool2d(3, 2, padding=1)(rt.tensor(x)).numpy(),
+                                  windows.max(axis=(4, 5)))
+    want = x.reshape(2, 3, 2, 2, 3, 2).mean(axis=(3, 5))
+    np.testing.assert_allclose(nn.AvgPool2d(2)(rt.tensor(x)).numpy(), want, rtol=1e-12)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    np.testing.assert_allclose(nn.AvgPool2d(3, 1, 1)(rt.tensor(x)).numpy(),
+                               windows.mean(axis=(4, 5)), rtol=1e-12)
+    np.testing.assert_array_equal(nn.Upsample(2)(rt.tensor(x)).numpy(),
+                                  x.repeat(2, axis=2).repeat(2, axis=3))
+    assert "padding=1" in repr(nn.MaxPool2d(3, 2, 1)) and "scale=2" in repr(nn.Upsample(2))
 
 
 def test_batch_norm_uses_batch_statistics_in_training_and_running_ones_in_eval():
@@ -163,6 +209,27 @@ def test_lstm_matches_numpy_in_both_layouts():
     np.testing.assert_allclose(out.numpy(), want.transpose(1, 0, 2), rtol=1e-12, atol=1e-12)
 
 
+def test_bidirectional_lstm_runs_a_second_set_of_weights_over_the_reversed_sequence():
+    rt = host_runtime()
+    x = np.random.default_rng(1).standard_normal((4, 2, 3))        # (T, N, D)
+    lstm = nn.LSTM(rt, 3, 5, bidirectional=True, rng=0, **F64)
+    names = [n for n, _ in lstm.named_parameters()]
+    assert names == ["w_ih", "w_hh", "bias", "w_ih_reverse", "w_hh_reverse", "bias_reverse"]
+    assert lstm.num_parameters() == 2 * (3 * 20 + 5 * 20 + 20)
+    s = lstm.state_dict()
+    fwd, h_f, c_f = np_lstm(x, s, 5)
+    rev, h_b, c_b = np_lstm(x[::-1], {k: s[k + "_reverse"] for k in ("w_ih", "w_hh", "bias")}, 5)
+    out, ((h, c), (h_r, c_r)) = lstm(rt.tensor(x))
+    want = np.concatenate([fwd, rev[::-1]], axis=-1)
+    for got, ref in ((out, want), (h, h_f), (c, c_f), (h_r, h_b), (c_r, c_b)):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-12, atol=1e-12)
+    first = nn.LSTM(rt, 3, 5, batch_first=True, bidirectional=True, rng=0, **F64)
+    out, _ = first(rt.tensor(x.transpose(1, 0, 2)))
+    np.testing.assert_allclose(out.numpy(), want.transpose(1, 0, 2), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="LSTM: x must be"):
+        lstm(rt.tensor(np.ones((4, 2, 2))))
+
+
 # ---- gradients against finite differences -----------------------------------------------
 
 
@@ -203,6 +270,10 @@ GRADIENT_CASES = {
     "attention": (lambda rt: nn.CausalSelfAttention(rt, 4, 2, dropout=0.25, rng=0, **F64),
                   (2, 3, 4)),
     "lstm": (lambda rt: nn.LSTM(rt, 3, 2, batch_first=True, rng=0, **F64), (2, 3, 3)),
+    "lstm/bidirectional": (lambda rt: nn.LSTM(rt, 2, 2, bidirectional=True, rng=0, **F64),
+                           (3, 2, 2)),
+    "conv_transpose2d": (lambda rt: nn.ConvTranspose2d(rt, 2, 3, 3, stride=2, padding=1, rng=0,
+                                                       **F64), (2, 2, 3, 2)),
 }
 
 
@@ -285,3 +356,20 @@ def test_modules_build_on_a_simulation_backend_without_memory():
     lin = nn.Linear(rt, 4096, 4096)
     assert lin.weight.shape == (4096, 4096) and lin.num_parameters() == 4096 * 4097
     assert rt.arena.stats()["used_bytes"] >= 4096 * 4097 * 4
+
+
+def test_new_layers_run_forward_and_backward_in_simulation():
+    """U-Net's decoder step and a BiLSTM at paper sizes, on (shape, dtype) specs only."""
+    rt = coop.Runtime(coop.SimBackend("4GiB"), cost="cpu")
+    x = rt.tensor(((8, 512, 32, 32), np.float32), requires_grad=True)
+    decoder = nn.Sequential(nn.ConvTranspose2d(rt, 512, 256, 2, stride=2), nn.MaxPool2d(3, 1, 1),
+                            nn.AvgPool2d(3, 1, 1), nn.Upsample(2))
+    y = decoder(x)
+    assert y.shape == (8, 256, 128, 128)
+    ops.sum(y).backward()
+    assert x.grad.shape == x.shape and decoder[0].weight.grad.shape == (512, 256, 2, 2)
+    lstm = nn.LSTM(rt, 300, 256, batch_first=True, bidirectional=True)
+    out, ((h, _), (h_r, _)) = lstm(rt.tensor(((16, 20, 300), np.float32)))
+    assert out.shape == (16, 20, 512) and h.shape == h_r.shape == (16, 256)
+    ops.sum(out).backward()
+    assert lstm.w_hh_reverse.grad.shape == (256, 1024)

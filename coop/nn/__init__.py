@@ -2,18 +2,23 @@
 modules take the runtime first, parameters are pinned constants, initialization is seeded)."""
 from coop.nn.layers import (
     GELU,
+    AvgPool2d,
     BatchNorm2d,
     Conv2d,
+    ConvTranspose2d,
     Dropout,
     Embedding,
     LayerNorm,
     Linear,
+    MaxPool2d,
     ReLU,
+    Upsample,
 )
 from coop.nn.module import Module, Parameter, Sequential, make_buffer, make_parameter
 from coop.nn.recurrent import LSTM
 from coop.nn.transformer import CausalSelfAttention, TransformerBlock
 
-__all__ = ["GELU", "LSTM", "BatchNorm2d", "CausalSelfAttention", "Conv2d", "Dropout",
-           "Embedding", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential",
-           "TransformerBlock", "make_buffer", "make_parameter"]
+__all__ = ["GELU", "LSTM", "AvgPool2d", "BatchNorm2d", "CausalSelfAttention", "Conv2d",
+           "ConvTranspose2d", "Dropout", "Embedding", "LayerNorm", "Linear", "MaxPool2d", "Module",
+           "Parameter", "ReLU", "Sequential", "TransformerBlock", "Upsample", "make_buffer",
+           "make_parameter"]

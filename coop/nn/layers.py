@@ -1,9 +1,10 @@
-"""Basic layers: Linear, Embedding, LayerNorm, BatchNorm2d, Conv2d, Dropout and activations.
+"""Basic layers: Linear, Embedding, LayerNorm, BatchNorm2d, Conv2d, ConvTranspose2d, pooling,
+Upsample, Dropout and activations.
 
 Weights are stored in the layout the ops take directly: Linear's weight is (in, out) so the
 forward is ``x @ W + b`` without a transpose. Default initializations follow PyTorch's
-(uniform(+-1/sqrt(fan_in)) for Linear and Conv2d, N(0, 1) for Embedding); ``init_std`` draws
-N(0, std^2) instead (GPT-2 uses 0.02).
+(uniform(+-1/sqrt(fan_in)) for Linear, Conv2d and ConvTranspose2d, N(0, 1) for Embedding);
+``init_std`` draws N(0, std^2) instead (GPT-2 uses 0.02).
 """
 import math
 
@@ -118,6 +119,68 @@ class Conv2d(Module):
     def extra_repr(self):
         f, c, k, _ = self.weight.shape
         return f"{c}, {f}, kernel_size={k}, stride={self.stride}, padding={self.padding}"
+
+
+class ConvTranspose2d(Module):
+    """2-D transposed convolution of NCHW input with a square kernel; weight (in, out, k, k)
+    as PyTorch's, whose fan_in (for the initial bound) is out * k * k."""
+
+    def __init__(self, rt, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 bias=True, rng=None, dtype=numpy.float32):
+        super().__init__()
+        rng = generator(rng)
+        self.stride, self.padding = stride, padding
+        draw = uniform(rng, 1.0 / math.sqrt(out_channels * kernel_size * kernel_size))
+        self.weight = make_parameter(rt, (in_channels, out_channels, kernel_size, kernel_size),
+                                     dtype, draw)
+        self.bias = make_parameter(rt, (out_channels,), dtype, draw) if bias else None
+
+    def forward(self, x):
+        return ops.conv_transpose2d(x, self.weight, self.bias, stride=self.stride,
+                                    padding=self.padding)
+
+    def extra_repr(self):
+        c, f, k, _ = self.weight.shape
+        return f"{c}, {f}, kernel_size={k}, stride={self.stride}, padding={self.padding}"
+
+
+class _Pool2d(Module):
+    """A pooling layer's window, stride (k unless given) and padding."""
+
+    def __init__(self, k, stride=None, padding=0):
+        super().__init__()
+        self.k, self.stride, self.padding = k, stride, padding
+
+    def extra_repr(self):
+        return f"{self.k}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxPool2d(_Pool2d):
+    """Maximum over k x k windows, padded with -inf."""
+
+    def forward(self, x):
+        return ops.max_pool2d(x, self.k, self.stride, self.padding)
+
+
+class AvgPool2d(_Pool2d):
+    """Mean over k x k windows, padded zeros counted (PyTorch's count_include_pad=True)."""
+
+    def forward(self, x):
+        return ops.avg_pool2d(x, self.k, self.stride, self.padding)
+
+
+class Upsample(Module):
+    """Nearest-neighbour upsampling of NCHW input by an integer scale."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return ops.upsample_nearest2d(x, self.scale)
+
+    def extra_repr(self):
+        return f"scale={self.scale}"
 
 
 class Dropout(Module):
