@@ -29,6 +29,7 @@ def test_bert_mlm_count_against_the_published_count():
 COUNTS = {
     "resnet50": 25_557_032,      # torchvision
     "resnet152": 60_192_808,     # torchvision
+    "inception_v3": 27_161_264,  # torchvision, aux_logits=True (AuxLogits counted)
     "bert_large": bert_mlm_count(),
     "densenet121": 7_978_856,    # torchvision
     "gpt2": 124_439_808,         # GPT-2 small, LM head tied

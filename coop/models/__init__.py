@@ -1,13 +1,14 @@
 """Reference models built from coop.nn: an MLP, GPT (GPT-2's layout), ResNet (basic and
-bottleneck blocks; ``resnet50``/``resnet152`` are torchvision's layout), DenseNet-121 and BERT
-(masked-LM), and coop.models.paper, the Coop paper's evaluation set. Each takes the runtime
-first and a seed or Generator for reproducible initialization; ``num_parameters()`` counts
-parameters."""
+bottleneck blocks; ``resnet50``/``resnet152`` are torchvision's layout), DenseNet-121,
+Inception-V3 and BERT (masked-LM); coop.models.paper is the Coop paper's evaluation set. Each
+takes the runtime first and a seed or Generator for reproducible initialization;
+``num_parameters()`` counts parameters."""
 from coop.models.bert import BERT, bert_large
 from coop.models.densenet import DenseNet, densenet121
 from coop.models.gpt import GPT
+from coop.models.inception import InceptionV3, inception_v3
 from coop.models.mlp import MLP
 from coop.models.resnet import ResNet, resnet18, resnet50, resnet152
 
-__all__ = ["BERT", "GPT", "MLP", "DenseNet", "ResNet", "bert_large", "densenet121", "resnet18",
-           "resnet50", "resnet152"]
+__all__ = ["BERT", "GPT", "MLP", "DenseNet", "InceptionV3", "ResNet", "bert_large",
+           "densenet121", "inception_v3", "resnet18", "resnet50", "resnet152"]

@@ -15,6 +15,7 @@ from coop.backends.sim import SimBackend
 from coop.models.bert import bert_large
 from coop.models.densenet import densenet121
 from coop.models.gpt import GPT
+from coop.models.inception import inception_v3
 from coop.models.resnet import resnet50, resnet152
 from coop.optim import SGD, AdamW
 from coop.runtime import Runtime
@@ -56,6 +57,7 @@ def _gpt2(rt):
 PAPER_MODELS = OrderedDict([
     ("resnet50", PaperModel(resnet50, 115, _image(224))),
     ("resnet152", PaperModel(resnet152, 55, _image(224))),
+    ("inception_v3", PaperModel(inception_v3, 96, _image(299))),
     ("bert_large", PaperModel(bert_large, 4, (((512,), LABEL),) * 3)),   # ids, types, labels
     ("densenet121", PaperModel(densenet121, 70, _image(224))),
     ("gpt2", PaperModel(_gpt2, 8, (((512,), LABEL),) * 2)),              # ids, next-token ids
