@@ -20,16 +20,33 @@ def bert_mlm_count(layers=24, d=1024, ff=4096, vocab=30522, positions=512, types
     return embeddings + layers * layer + (d * d + d) + 2 * d + vocab
 
 
+def test_unet_count_formula():
+    assert unet_count() == 31_037_698
+
+
 def test_bert_mlm_count_against_the_published_count():
     d, vocab = 1024, 30522
     pooler, head = d * d + d, (d * d + d) + 2 * d + vocab
     assert bert_mlm_count() - head + pooler == 335_141_888   # bert-large-uncased, with pooler
 
 
+def unet_count(n_channels=3, n_classes=2, widths=(64, 128, 256, 512, 1024)):
+    """milesial's U-Net, bilinear=False: DoubleConv(a, b) is two bias-free 3x3 convolutions
+    and two BatchNorms; each up is a 2x2 transposed convolution (with bias) halving the
+    channels, then DoubleConv of the concatenation; a 1x1 output convolution with bias."""
+    def double(a, b):
+        return 9 * a * b + 9 * b * b + 2 * 2 * b
+    ins = (n_channels,) + widths[:-1]
+    downs = sum(double(a, b) for a, b in zip(ins, widths))
+    ups = sum(4 * c * (c // 2) + c // 2 + double(c, c // 2) for c in widths[:0:-1])
+    return downs + ups + widths[0] * n_classes + n_classes
+
+
 COUNTS = {
     "resnet50": 25_557_032,      # torchvision
     "resnet152": 60_192_808,     # torchvision
     "inception_v3": 27_161_264,  # torchvision, aux_logits=True (AuxLogits counted)
+    "unet": unet_count(),        # 31,037,698
     "bert_large": bert_mlm_count(),
     "densenet121": 7_978_856,    # torchvision
     "gpt2": 124_439_808,         # GPT-2 small, LM head tied
