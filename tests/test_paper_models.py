@@ -48,6 +48,7 @@ COUNTS = {
     "inception_v3": 27_161_264,  # torchvision, aux_logits=True (AuxLogits counted)
     "unet": unet_count(),        # 31,037,698
     "bert_large": bert_mlm_count(),
+    "swin_t": 28_288_354,        # torchvision
     "densenet121": 7_978_856,    # torchvision
     "gpt2": 124_439_808,         # GPT-2 small, LM head tied
 }

@@ -17,6 +17,7 @@ from coop.models.densenet import densenet121
 from coop.models.gpt import GPT
 from coop.models.inception import inception_v3
 from coop.models.resnet import resnet50, resnet152
+from coop.models.swin import swin_t
 from coop.models.unet import unet
 from coop.optim import SGD, AdamW
 from coop.runtime import Runtime
@@ -61,6 +62,7 @@ PAPER_MODELS = OrderedDict([
     ("inception_v3", PaperModel(inception_v3, 96, _image(299))),
     ("unet", PaperModel(unet, 5, (((3, 460, 608), IMAGE), ((460, 608), LABEL)))),
     ("bert_large", PaperModel(bert_large, 4, (((512,), LABEL),) * 3)),   # ids, types, labels
+    ("swin_t", PaperModel(swin_t, 40, _image(224))),
     ("densenet121", PaperModel(densenet121, 70, _image(224))),
     ("gpt2", PaperModel(_gpt2, 8, (((512,), LABEL),) * 2)),              # ids, next-token ids
 ])
