@@ -13,6 +13,7 @@ import numpy
 
 from coop.backends.sim import SimBackend
 from coop.models.bert import bert_large
+from coop.models.bilstm import bilstm
 from coop.models.densenet import densenet121
 from coop.models.gpt import GPT
 from coop.models.inception import inception_v3
@@ -22,7 +23,7 @@ from coop.models.unet import unet
 from coop.optim import SGD, AdamW
 from coop.runtime import Runtime
 
-IMAGE = "float32"
+FLOAT = "float32"
 LABEL = "int64"
 
 
@@ -48,7 +49,7 @@ class PaperModel:
 
 
 def _image(size, channels=3):
-    return (((channels, size, size), IMAGE), ((), LABEL))
+    return (((channels, size, size), FLOAT), ((), LABEL))
 
 
 def _gpt2(rt):
@@ -60,9 +61,10 @@ PAPER_MODELS = OrderedDict([
     ("resnet50", PaperModel(resnet50, 115, _image(224))),
     ("resnet152", PaperModel(resnet152, 55, _image(224))),
     ("inception_v3", PaperModel(inception_v3, 96, _image(299))),
-    ("unet", PaperModel(unet, 5, (((3, 460, 608), IMAGE), ((460, 608), LABEL)))),
+    ("unet", PaperModel(unet, 5, (((3, 460, 608), FLOAT), ((460, 608), LABEL)))),
     ("bert_large", PaperModel(bert_large, 4, (((512,), LABEL),) * 3)),   # ids, types, labels
     ("swin_t", PaperModel(swin_t, 40, _image(224))),
+    ("bilstm", PaperModel(bilstm, 2048, (((128, 100), FLOAT), ((), LABEL)))),  # (T, D) batch first
     ("densenet121", PaperModel(densenet121, 70, _image(224))),
     ("gpt2", PaperModel(_gpt2, 8, (((512,), LABEL),) * 2)),              # ids, next-token ids
 ])
