@@ -48,7 +48,7 @@ class Residency:
                     for dep in inputs:
                         needs[dep] -= 1
                         if needs[dep] == 0 and dep in temps and dep not in targets:
-                            self._evict_eagerly(dep)
+                            self._demote(dep)
             except BaseException:
                 # an error (out of memory while recomputing) leaves no dependency pinned; unpin
                 # without evicting: the traceback still refers to the failed kernel's arrays
@@ -61,6 +61,13 @@ class Residency:
         for dep in inputs:
             needs[dep] = needs.get(dep, 0) + 1
         return [storage, inputs, 0]
+
+    def _demote(self, storage):
+        """A dependency recomputed for one rematerialization: keep it, but first in line to be
+        evicted (as if never touched since the start) unless an op reads it again."""
+        if storage.array is not None:
+            self.arena.touch(storage.sid, 0.0)
+            self.counters["demotions"] += 1
 
     def _evict_eagerly(self, storage):
         info = self.arena.storage_info(storage.sid)

@@ -103,7 +103,7 @@ class Runtime(Residency):
         self._storages = weakref.WeakValueDictionary()   # sid -> Storage
         self._pins = {}                                    # sid -> pins held by the runtime
         self.counters = dict(ops=0, recomputes=0, cost_first=0.0, cost_total=0.0,
-                             eager_evictions=0, releases=0, held=0)
+                             eager_evictions=0, demotions=0, releases=0, held=0)
 
     # ---- entering ---------------------------------------------------------------------------
 
@@ -287,10 +287,17 @@ class Runtime(Residency):
     def _recompute(self, op):
         """Run op again and give its recomputed outputs back to their (evicted) storages."""
         if self.xp is None:
-            for entry in op.outputs:
-                storage = entry[0]() if entry is not None else None
-                if storage is not None and storage.array is None:
-                    self._sim_place(storage, op.cls)
+            placed = []
+            try:
+                for entry in op.outputs:
+                    storage = entry[0]() if entry is not None else None
+                    if storage is not None and storage.array is None:
+                        # pinned until all are placed, as a kernel's outputs are while it runs
+                        self._sim_place(storage, op.cls)
+                        self._pin([storage])
+                        placed.append(storage)
+            finally:
+                self._unpin_quietly(placed)
             self.counters["recomputes"] += 1
             self._account(op, recompute=True)
             return
