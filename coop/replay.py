@@ -1,0 +1,121 @@
+"""Replaying a trace under a budget and policy on the real arena core (docs/trace-format.md).
+
+``replay(trace, ratio=0.5, policy="coop")`` returns DESIGN.md's metrics for one run. The
+budget is a ratio of the trace's unlimited peak (``peak(trace)``: the arena's peak used bytes
+when nothing is evicted) or a number of bytes. The replayer is coop/_replay.pyx: the runtime's
+residency rules over integer storages, so a trace recorded from a run replays with that run's
+evictions and recomputes.
+"""
+import os
+import time
+
+from coop._core import Arena
+from coop._replay import Program, Replayer, _Thrash
+from coop.budget import parse_budget
+from coop.errors import OutOfMemoryError
+from coop.runtime import POLICY_TABLE
+from coop.trace import load
+
+__all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
+
+#: the simulation backend's alignment, used when a trace does not name one
+DEFAULT_ALIGNMENT = 512
+#: compute overhead above which a run counts as thrashing (DESIGN.md)
+THRASH = 2.0
+_UNLIMITED = 1 << 50
+
+
+def _program(trace):
+    if isinstance(trace, Program):
+        return trace
+    if isinstance(trace, (str, os.PathLike)):
+        return load(trace)
+    raise TypeError(f"trace must be a path or a coop.trace Program, got {type(trace).__name__}")
+
+
+def _alignment(program, alignment):
+    return int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
+
+
+def unlimited(trace, alignment=None):
+    """The unlimited run: its metrics, with peak_used_bytes (the budget ratios' denominator)
+    and lower_bound_bytes (DESIGN.md's bound, evaluated per op: live constants plus the op's
+    other inputs and outputs)."""
+    program = _program(trace)
+    return replay(program, budget=_UNLIMITED, policy="none", alignment=alignment, thrash=None)
+
+
+def peak(trace, alignment=None):
+    """Peak used bytes of the trace's unlimited run (what a budget ratio of 1.0 means)."""
+    return unlimited(trace, alignment)["peak_used_bytes"]
+
+
+def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash=THRASH,
+           peak_bytes=None):
+    """Replay trace (a path or Program) under a budget (bytes: an int or "6GiB") or a ratio of
+    its unlimited peak, with one of coop.POLICY_TABLE's policies.
+
+    Returns a dict: status ("ok", "oom" or "thrash": stopped once the compute overhead passed
+    `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
+    searches, search_time (s), fragmentation_rate, largest_free_ratio, peak_used_bytes, records,
+    wall_time (s), records_per_s, and the budget in bytes and as a ratio.
+    """
+    program = _program(trace)
+    if policy not in POLICY_TABLE:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_TABLE)}")
+    if (budget is None) == (ratio is None):
+        raise ValueError("give exactly one of budget (bytes) and ratio (of the unlimited peak)")
+    align = _alignment(program, alignment)
+    if ratio is not None:
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
+            raise ValueError(f"ratio must be a number > 0, got {ratio!r}")
+        if peak_bytes is None:
+            peak_bytes = peak(program, align)
+        nbytes = max(int(ratio * peak_bytes), align)
+    else:
+        nbytes = parse_budget(budget)
+    core_policy, partition, inplace = POLICY_TABLE[policy]
+    ideal = policy == "dtr-ideal"
+    arena = Arena(nbytes, align, ideal=ideal)
+    limit = thrash * program.cost_first if thrash else 0.0
+    replayer = Replayer(program, arena, core_policy, policy, partition, inplace, limit)
+    status = "ok"
+    t0 = time.perf_counter()
+    try:
+        replayer.run()
+        replayer.finish()
+    except OutOfMemoryError:
+        status = "oom"
+    except _Thrash:
+        status = "thrash"
+    wall = time.perf_counter() - t0
+    counters = replayer.counters()
+    stats = arena.stats()
+    cost_first = program.cost_first
+    overhead = counters["cost_total"] / cost_first if cost_first else 1.0
+    if status == "ok" and thrash and overhead > thrash:
+        status = "thrash"
+    return {
+        "policy": policy,
+        "status": status,
+        "budget_bytes": arena.capacity,
+        "ratio": arena.capacity / peak_bytes if peak_bytes else None,
+        "compute_overhead": overhead,
+        "cost_first": cost_first,
+        "cost_total": counters["cost_total"],
+        "ops": counters["ops"],
+        "recomputes": counters["recomputes"],
+        "eager_evictions": counters["eager_evictions"],
+        "evictions": stats["evictions"],
+        "bytes_evicted": stats["bytes_evicted"],
+        "searches": stats["searches"],
+        "search_time": stats["search_time"],
+        "fragmentation_rate": stats["fragmentation_rate"],
+        "failed_allocations": stats["failed_allocations"],
+        "largest_free_ratio": stats["largest_free_ratio"],
+        "peak_used_bytes": stats["peak_used_bytes"],
+        "lower_bound_bytes": counters["bound_bytes"],
+        "records": counters["records"],
+        "wall_time": wall,
+        "records_per_s": counters["records"] / wall if wall > 0 else float("inf"),
+    }
