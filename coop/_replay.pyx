@@ -184,8 +184,6 @@ cdef class Replayer(Evictor):
             else:
                 self._access(arg)
             self.records += 1
-            if self.thrash_cost > 0.0 and self.cost_total > self.thrash_cost:
-                raise _Thrash()
 
     def finish(self):
         """The end of the trace: every value the program still holds is made resident and
@@ -552,10 +550,12 @@ cdef class Replayer(Evictor):
             self._evict_eagerly(v)
         return 0
 
-    cdef void _account(self, int o, bint recompute) noexcept:
+    cdef int _account(self, int o, bint recompute) except -1:
         cdef double c = self.prog.cost[o]
         cdef int v
         self.cost_total += c
+        if self.thrash_cost > 0.0 and self.cost_total > self.thrash_cost:
+            raise _Thrash()
         if not recompute:
             self.ops += 1
             self.cost_first += c
@@ -611,7 +611,7 @@ cdef class Replayer(Evictor):
         self.index.push_back(0)
         self.users.push_back(0)
         self.alive.push_back(0)
-        self.defined.push_back(1)
+        self.defined.push_back(0)
         self.readers.push_back(0)
         self.pins.push_back(0)
         self.consumers.push_back(vector[int]())

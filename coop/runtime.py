@@ -479,7 +479,11 @@ class _Recording:
     def __init__(self, runtime, path):
         from coop.trace import TraceWriter
         self.runtime = runtime
-        self.writer = TraceWriter(path)
+        meta = {"alignment": runtime.arena.alignment, "policy": runtime.policy,
+                "budget": runtime.arena.capacity}
+        if runtime.cost_model is not None:
+            meta["cost_model"] = runtime.cost_model.name
+        self.writer = TraceWriter(path, **meta)
         runtime.trace = self.writer
 
     def __enter__(self):

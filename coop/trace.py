@@ -11,9 +11,11 @@ from coop._core import EXPENSIVE
 class TraceWriter:
     """Writes records to a text file as the runtime reports events."""
 
-    def __init__(self, path):
+    def __init__(self, path, **meta):
         self.path = path
         self._file = open(path, "w", encoding="utf-8")
+        if meta:
+            self._write({"op": "meta", **meta})
 
     def _write(self, record):
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")

@@ -99,3 +99,12 @@ def training_step(rt, name, batch=None, optimizer="sgd"):
 def num_parameters(name):
     """Model `name`'s parameter count, built on a simulation backend (nothing allocated)."""
     return PAPER_MODELS[name].build(Runtime(SimBackend("1TiB"))).num_parameters()
+
+
+def record_trace(name, path, batch=None, optimizer="sgd", device="a100-80gb", alignment=512):
+    """Record one training step of model `name` (unlimited budget, simulation backend, op
+    costs from `device`'s roofline) as a coop trace at path; returns the run's stats. The
+    parameters and inputs come before the trace's `start`: they become its constants."""
+    rt = Runtime(SimBackend(1 << 50, alignment=alignment), cost=device)
+    with rt.record(path):
+        return training_step(rt, name, batch=batch, optimizer=optimizer)
