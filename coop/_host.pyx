@@ -84,6 +84,7 @@ cdef class HostBackend:
     cdef public double now             # logical clock passed to the core
     cdef public object evict           # None, or evict(list of storage ids) that frees their pieces
     cdef public object last_error      # why the handler last returned NULL (NumPy drops it); or None
+    cdef public list log               # None, or [offset, nbytes (-1 for a free), ...] while a trace records
     cdef public str policy             # eviction policy name, one of coop.POLICIES (the runtime maps its own)
     cdef object saved                  # ContextVar: handlers that install() replaced, innermost last
     cdef long long n_malloc, n_calloc, n_realloc, n_free   # handler calls, for tests and profiles
@@ -220,6 +221,9 @@ cdef class HostBackend:
             offset = self._allocate_slow(nbytes)
             if offset < 0:
                 return NULL
+        if self.log is not None:
+            self.log.append(offset)
+            self.log.append(nbytes)
         return self.buf + offset
 
     cdef Py_ssize_t _allocate_slow(self, size_t nbytes) noexcept:
@@ -279,12 +283,18 @@ cdef void* _realloc(void* ctx, void* ptr, size_t nbytes) noexcept with gil:
         if offset < 0:
             return ptr
         moved = backend.buf + offset
+        if backend.log is not None:
+            backend.log.append(offset)
+            backend.log.append(nbytes)
     else:
         moved = backend._allocate(nbytes)
         if moved == NULL:
             return NULL
     memcpy(moved, ptr, min(old_size, nbytes))
     backend.arena.c_free(old_offset)
+    if backend.log is not None:
+        backend.log.append(old_offset)
+        backend.log.append(-1)
     return moved
 
 
@@ -298,3 +308,6 @@ cdef void _free(void* ctx, void* ptr, size_t size) noexcept with gil:
         backend.n_foreign += 1
         return
     backend.arena.c_free(<uintptr_t>ptr - <uintptr_t>backend.buf)
+    if backend.log is not None:
+        backend.log.append(<uintptr_t>ptr - <uintptr_t>backend.buf)
+        backend.log.append(-1)

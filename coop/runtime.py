@@ -182,6 +182,8 @@ class Runtime(Residency):
             outs, elapsed = self._execute(op, recompute=False)
             result = self._adopt_first(op, outs, elapsed)
         finally:
+            if getattr(self.backend, "log", None) is not None:
+                self.backend.log = None
             self._unpin(storages)
         return result
 
@@ -196,6 +198,8 @@ class Runtime(Residency):
         if op.seed is not None:
             attrs = dict(attrs, rng=self.xp.random.default_rng(op.seed))
         backend.cls = op.cls if self.partition else EXPENSIVE
+        if not recompute and self.trace is not None and getattr(backend, "log", False) is None:
+            backend.log = []   # a host trace records the kernel's allocations and frees
         try:
             with backend:
                 fresh = None
@@ -280,7 +284,7 @@ class Runtime(Residency):
             v.storage.consumers.add(op)
         self._account(op, recompute=False)
         if self.trace is not None:
-            self.trace.call(op, views)
+            self.trace.call(op, views, *self._take_log())
         tensors = tuple(Tensor(v) for v in views)
         return tensors if len(tensors) > 1 else tensors[0]
 
@@ -362,7 +366,8 @@ class Runtime(Residency):
             del outs
         op.cost = self._cost(op, elapsed, [target])
         if self.trace is not None:
-            self.trace.mutate(op, i)   # the program's storages, before V replaces S in the record
+            # the program's storages, before V replaces S in the record
+            self.trace.mutate(op, i, self._take_log()[0])
         if v is not None:
             if s.op is not None:
                 s.op.outputs[s.index] = (weakref.ref(v), s.op.outputs[s.index][1])
@@ -389,6 +394,26 @@ class Runtime(Residency):
             u.storage.consumers.add(op)
         self._account(op, recompute=False)
         return Tensor(target)
+
+    def _take_log(self):
+        """A host kernel's allocations since _execute began logging: (events, {offset: index}),
+        events as docs/trace-format.md's `allocs` (bytes, or ~index for a free); frees of
+        memory allocated before (evicted storages) are not the kernel's. (None, {}) if not
+        logging."""
+        log = getattr(self.backend, "log", None)
+        if log is None:
+            return None, {}
+        self.backend.log = None
+        events, live, count = [], {}, 0
+        for k in range(0, len(log), 2):
+            offset, nbytes = log[k], log[k + 1]
+            if nbytes >= 0:
+                events.append(nbytes)
+                live[offset] = count
+                count += 1
+            elif offset in live:
+                events.append(~live.pop(offset))
+        return events, live
 
     def _copy_into(self, dst, src, cls):
         """Give dst a resident copy of src's bytes (an arena allocation of class cls)."""

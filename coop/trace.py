@@ -26,20 +26,31 @@ class TraceWriter:
     def constant(self, storage):
         self._write({"op": "constant", "id": storage.sid, "size": storage.nbytes})
 
-    def call(self, op, views):
+    def call(self, op, views, allocs=None, live=None):
+        """allocs: a host kernel's allocation events; live: {offset: allocation index} of
+        those left at its end (the outputs' memory among them)."""
         inputs = [v.storage.sid for v in op.inputs]
         outputs = []
         for view, entry in zip(views, op.outputs):
             alias = -1 if entry is not None else inputs.index(view.storage.sid)
-            outputs.append({"id": view.storage.sid,
-                            "size": view.storage.nbytes if alias < 0 else 0, "alias": alias})
-        self._write({"op": "call", "name": op.kernel.name, "inputs": inputs, "outputs": outputs,
-                     "cost": op.cost, "cls": "expensive" if op.cls == EXPENSIVE else "cheap"})
+            out = {"id": view.storage.sid, "size": view.storage.nbytes if alias < 0 else 0,
+                   "alias": alias}
+            if allocs is not None and alias < 0:
+                out["alloc"] = live[view.storage.runtime.backend.offset_of(view.storage.array)]
+            outputs.append(out)
+        record = {"op": "call", "name": op.kernel.name, "inputs": inputs, "outputs": outputs,
+                  "cost": op.cost, "cls": "expensive" if op.cls == EXPENSIVE else "cheap"}
+        if allocs is not None:
+            record["allocs"] = allocs
+        self._write(record)
 
-    def mutate(self, op, index):
-        self._write({"op": "mutate", "name": op.kernel.name,
-                     "inputs": [v.storage.sid for v in op.inputs], "mutated": [index],
-                     "cost": op.cost, "cls": "expensive" if op.cls == EXPENSIVE else "cheap"})
+    def mutate(self, op, index, allocs=None):
+        record = {"op": "mutate", "name": op.kernel.name,
+                  "inputs": [v.storage.sid for v in op.inputs], "mutated": [index],
+                  "cost": op.cost, "cls": "expensive" if op.cls == EXPENSIVE else "cheap"}
+        if allocs is not None:
+            record["allocs"] = allocs
+        self._write(record)
 
     def release(self, storage):
         self._write({"op": "release", "id": storage.sid})
