@@ -1,0 +1,228 @@
+"""`coop bench`'s report: Markdown tables (for the README) and matplotlib figures, from the
+sweep's rows and summary (coop/bench.py)."""
+import math
+import os
+import statistics
+
+from coop import replay as R
+
+GIB = 1 << 30
+
+
+def _ratio(x):
+    return "none" if x is None else f"{x:.2f}"
+
+
+def _cell(point):
+    """A replay at a marked ratio: its overhead, OOM, thrash, or - when the sweep stopped first."""
+    if point is None:
+        return "-"
+    if point["status"] == "ok":
+        return f"{point['compute_overhead']:.3f}"
+    return "OOM" if point["status"] == "oom" else point["status"]
+
+
+def _table(header, rows, text=False):
+    """A Markdown table; numbers right-aligned unless text."""
+    align = "---" if text else "---:"
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join(["---"] + [align] * (len(header) - 1)) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _claim(c, show):
+    if c["holds"] is None:
+        return f"n/a ({c['why']})"
+    return ("holds" if c["holds"] else "does not hold") + f" ({show(c)})"
+
+
+def _min_text(c):
+    return f"coop {_ratio(c['coop'])}, dtr {_ratio(c['dtr'])}, dte {_ratio(c['dte'])}"
+
+
+def _frag_text(c):
+    m = c["mean"]
+    text = (f"{c['ratios']} ratios; mean coop {m['coop']:.3f}, dtr {m['dtr']:.3f}, "
+            f"dte {m['dte']:.3f}")
+    if c["violations"]:
+        v = c["violations"]
+        text += f"; not below at {len(v)}: {', '.join(f'{r:.2f}' for r in v[:4])}"
+        text += ", ..." if len(v) > 4 else ""
+    return text
+
+
+def _search_text(c):
+    factor = "inf" if math.isinf(c["factor"]) else f"{c['factor']:.1f}x"
+    return f"coop {c['coop'] * 1e3:.2f} ms, dtr {c['dtr'] * 1e3:.2f} ms: {factor}"
+
+
+def tables(summary, policies, rows):
+    """The Markdown report: minimum feasible ratios, overheads at 0.5 and 0.3, coop against
+    the others, the claims per model, and the replay speed."""
+    out = []
+    body = []
+    for name, s in summary.items():
+        cells = []
+        for p in policies:
+            v = s["policies"].get(p)
+            cells.append("-" if v is None else
+                         _ratio(v["min_feasible_ratio"]) + ("*" if v["failures_above_min"] else ""))
+        batch = s["batch"] if s["batch"] is not None else "trace"
+        body.append([name, batch, f"{s['peak_used_bytes'] / GIB:.2f}",
+                     f"{s['lower_bound_ratio']:.2f}", *cells])
+    out.append("Minimum feasible budget ratio (smallest ratio that completes; *: some larger "
+               "ratio failed, runs are not monotone in the budget):\n")
+    out.append(_table(["model", "batch", "peak GiB", "lower bound", *policies], body))
+    for mark in ("0.5", "0.3"):
+        body = [[name, *(_cell(s["policies"][p]["at"][mark]) if p in s["policies"] else "-"
+                         for p in policies)] for name, s in summary.items()]
+        out.append(f"\nCompute overhead at ratio {mark} (OOM / thrash: overhead > {R.THRASH:g}; "
+                   "-: not run, the sweep had stopped):\n")
+        out.append(_table(["model", *policies], body))
+
+    body = []
+    for name, s in summary.items():
+        mins = {p: v["min_feasible_ratio"] for p, v in s["policies"].items()}
+        c = mins.get("coop")
+        saving = {p: "-" if c is None or mins.get(p) is None else f"{mins[p] / c:.2f}"
+                  for p in ("dtr", "dte")}
+        ideal = mins.get("dtr-ideal")
+        cost = "-" if c is None or ideal is None else f"{c - ideal:+.2f}"
+        fr = s["claims"]["fragmentation"]
+        if fr["holds"] is None:
+            frag, below = "-", "n/a"
+        else:
+            m = fr["mean"]
+            frag = f"{m['coop']:.3f} / {m['dtr']:.3f} / {m['dte']:.3f} ({fr['ratios']})"
+            below = "yes" if fr["holds"] else f"no ({len(fr['violations'])})"
+        se = s["claims"]["search_time_0.3"]
+        if se["holds"] is None:
+            search = ["-", "-", "-"]
+        else:
+            factor = "inf" if math.isinf(se["factor"]) else f"{se['factor']:.1f}"
+            search = [f"{se['coop'] * 1e3:.2f}", f"{se['dtr'] * 1e3:.2f}", factor]
+        body.append([name, _ratio(c), _ratio(mins.get("dtr")), _ratio(mins.get("dte")),
+                     saving["dtr"], saving["dte"], _ratio(ideal), cost, frag, below, *search])
+    out.append("\ncoop against the others: minimum feasible ratios (dtr/coop: the memory saving); "
+               "coop - dtr-ideal (what addresses cost); mean fragmentation rate coop / dtr / dte "
+               "over the ratios where all three complete and search (count), and whether coop's "
+               "is below both at every one (else the count of ratios where it is not); total "
+               "search time at 0.3 where both complete:\n")
+    out.append(_table(["model", "coop min", "dtr min", "dte min", "dtr/coop", "dte/coop",
+                       "dtr-ideal min", "coop - ideal", "frag coop / dtr / dte",
+                       "coop below both", "search coop ms", "search dtr ms", "dtr/coop"], body))
+
+    body = []
+    for name, s in summary.items():
+        cl = s["claims"]
+        body.append([name, _claim(cl["min_budget"], _min_text),
+                     _claim(cl["fragmentation"], _frag_text),
+                     _claim(cl["search_time_0.3"], _search_text)])
+    out.append("\nThe issue's claims, per model (checked, not tuned):\n")
+    out.append(_table(["model", "coop min <= dtr's and dte's",
+                       ("coop's fragmentation below dtr's and dte's at every ratio where all "
+                        "three complete"), "search time at 0.3: dtr >= 3x coop"], body, text=True))
+
+    body = []
+    for p in policies:
+        speeds = [r["records_per_s"] for r in rows if r["policy"] == p]
+        if speeds:
+            body.append([p, f"{statistics.median(speeds):,.0f}", len(speeds)])
+    out.append("\nReplay speed (records per second, median over the policy's replays):\n")
+    out.append(_table(["policy", "records/s", "replays"], body))
+    return "\n".join(out) + "\n"
+
+
+# ---- figures -------------------------------------------------------------------------------------
+
+def _grid(plt, n):
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)
+
+
+def _lines(plt, summary, rows, policies, path, key, ylabel, title, log=False, clip=None):
+    """One subplot per model: `key` of the runs that complete against the ratio, per policy."""
+    colors = plt.get_cmap("tab10")
+    fig, axes = _grid(plt, len(summary))
+    for ax, name in zip(axes, summary):
+        for i, p in enumerate(policies):
+            pts = [(r["ratio"], r[key]) for r in rows
+                   if r["model"] == name and r["policy"] == p and r["status"] == "ok"
+                   and (r[key] > 0 or not log)]
+            if clip is not None:
+                pts = [(x, min(y, clip)) for x, y in pts]
+            if pts:
+                ax.plot(*zip(*sorted(pts)), marker=".", ms=3, lw=1, color=colors(i % 10),
+                        label=p)
+        if clip is not None:
+            ax.axhline(clip, color="gray", ls="--", lw=1, label=f"thrash ({clip:g})")
+            ax.set_ylim(top=clip * 1.03)
+        ax.axvline(summary[name]["lower_bound_ratio"], color="black", ls=":", lw=1,
+                   label="lower bound")
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlim(1.02, 0)
+        ax.set_xlabel("budget ratio")
+        ax.set_ylabel(ylabel)
+        ax.tick_params(labelsize=8)
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _bars(plt, summary, policies, path):
+    colors = plt.get_cmap("tab10")
+    names = list(summary)
+    width = 0.8 / len(policies)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(names)), 4))
+    for i, p in enumerate(policies):
+        xs, ys = [], []
+        for j, name in enumerate(names):
+            v = summary[name]["policies"].get(p)
+            if v is not None and v["min_feasible_ratio"] is not None:
+                xs.append(j - 0.4 + (i + 0.5) * width)
+                ys.append(v["min_feasible_ratio"])
+        ax.bar(xs, ys, width, color=colors(i % 10), label=p)
+    for j, name in enumerate(names):
+        ax.hlines(summary[name]["lower_bound_ratio"], j - 0.45, j + 0.45, color="black", lw=1.5,
+                  label="lower bound" if j == 0 else None)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("minimum feasible budget ratio")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Minimum feasible budget per model (lower is better; no bar: none completed)")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_all(summary, rows, policies, out):
+    """overhead.png, fragmentation.png, search_time.png and min_budget.png in out."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _lines(plt, summary, rows, policies, os.path.join(out, "overhead.png"),
+           "compute_overhead", "compute overhead",
+           "Compute overhead vs budget ratio (runs that complete)", clip=R.THRASH)
+    _lines(plt, summary, rows, policies, os.path.join(out, "fragmentation.png"),
+           "fragmentation_rate", "fragmentation rate",
+           "Fragmentation rate (mean free / budget at eviction searches) vs budget ratio")
+    _lines(plt, summary, rows, policies, os.path.join(out, "search_time.png"),
+           "search_time", "search time (s)",
+           "Total eviction search time vs budget ratio (runs that complete)", log=True)
+    _bars(plt, summary, policies, os.path.join(out, "min_budget.png"))

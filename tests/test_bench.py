@@ -1,0 +1,141 @@
+"""`coop bench` (coop/bench.py): a small sweep end to end, its files, and its argument checks."""
+import csv
+import json
+import os
+
+import pytest
+
+from coop import bench
+from coop.__main__ import main as cli
+
+SMALL = ["--quick", "--models", "resnet50,unet", "--policies", "coop,dtr,dte", "--step", "0.1",
+         "--no-progress"]
+METRICS = ("status", "compute_overhead", "evictions", "bytes_evicted", "recomputes", "searches",
+           "search_time", "fragmentation_rate", "largest_free_ratio", "records_per_s",
+           "wall_time")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench")
+    assert cli(["bench", *SMALL, "--jobs", "1", "--out", str(path)]) == 0
+    return path
+
+
+def _rows(out):
+    with open(out / "runs.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_sweep_writes_its_files(out):
+    for name in ("runs.csv", "runs.json", "summary.json", "tables.md", "overhead.png",
+                 "fragmentation.png", "search_time.png", "min_budget.png"):
+        assert (out / name).stat().st_size > 0, name
+    for name in ("overhead.png", "fragmentation.png", "search_time.png", "min_budget.png"):
+        assert (out / name).read_bytes()[:8] == PNG, name
+    assert sorted(os.listdir(out / "traces")) == ["resnet50-b2.jsonl", "unet-b2.jsonl"]
+
+
+def test_runs_csv_has_one_row_per_replay_with_every_metric(out):
+    rows = _rows(out)
+    with open(out / "runs.json") as f:
+        assert len(json.load(f)) == len(rows)
+    assert list(rows[0])[:4] == list(bench.LEAD)
+    for m in METRICS:
+        assert m in rows[0], m
+    assert {r["model"] for r in rows} == {"resnet50", "unet"}
+    assert {r["policy"] for r in rows} == {"coop", "dtr", "dte"}
+    assert all(r["status"] in ("ok", "oom", "thrash") for r in rows)
+
+
+def test_ratio_one_is_the_unlimited_peak(out):
+    """Ratio 1.0 is the unlimited run's peak of live bytes, not its address range: a run there
+    may still evict (fragmentation), so its overhead is >= 1.0, not always exactly 1.0."""
+    with open(out / "summary.json") as f:
+        models = json.load(f)["models"]
+    at_one = [r for r in _rows(out) if float(r["ratio"]) == 1.0]
+    assert len(at_one) == 6
+    for r in at_one:
+        peak = models[r["model"]]["peak_used_bytes"]
+        assert peak - 512 < int(r["budget_bytes"]) <= peak
+        assert float(r["compute_overhead"]) >= 1.0
+        assert r["status"] == "ok"
+
+
+def test_a_budget_above_the_peak_costs_nothing(out):
+    """Where nothing is evicted the overhead is exactly 1.0."""
+    path = str(out / "traces" / "resnet50-b2.jsonl")
+    peak = bench.R.unlimited(path)["peak_used_bytes"]
+    for policy in ("coop", "dtr"):
+        row, = bench.sweep("resnet50", path, policy, peak, [3.0], patience=1)
+        assert (row["status"], row["evictions"], row["compute_overhead"]) == ("ok", 0, 1.0)
+
+
+def test_summary_min_ratios_lie_between_the_bound_and_one(out):
+    with open(out / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["meta"]["replays"] == len(_rows(out))
+    for name, s in summary["models"].items():
+        assert 0 < s["lower_bound_ratio"] < 1
+        for policy, p in s["policies"].items():
+            best = p["min_feasible_ratio"]
+            assert best is not None, (name, policy)
+            assert s["lower_bound_ratio"] <= best <= 1.0
+            assert all(r > best for r in p["failures_above_min"])
+        for claim in s["claims"].values():
+            assert claim["holds"] in (True, False, None)
+            assert claim["holds"] is not None or claim["why"]
+    text = (out / "tables.md").read_text()
+    assert "Minimum feasible budget ratio" in text and "| unet |" in text
+
+
+def test_processes_give_the_same_runs_as_one(tmp_path):
+    """Decisions do not depend on the worker: statuses and overheads match a serial run."""
+    args = ["bench", "--quick", "--models", "unet", "--policies", "coop,dtr", "--step", "0.25",
+            "--no-progress"]
+    cli([*args, "--jobs", "1", "--out", str(tmp_path / "one")])
+    cli([*args, "--jobs", "2", "--out", str(tmp_path / "two")])
+    key = ("model", "policy", "ratio", "status", "compute_overhead", "evictions")
+    one, two = ([tuple(r[k] for k in key) for r in _rows(tmp_path / d)] for d in ("one", "two"))
+    assert one == two and len(one) >= 4
+
+
+def test_traces_are_reused_unless_rerecord(tmp_path):
+    first = bench.prepare(["resnet50"], [], str(tmp_path), quick=True)
+    stamp = os.stat(first[0]["path"]).st_mtime_ns
+    again = bench.prepare(["resnet50"], [first[0]["path"]], str(tmp_path), quick=True)
+    assert os.stat(first[0]["path"]).st_mtime_ns == stamp
+    assert [s["name"] for s in again] == ["resnet50", "resnet50-b2"]
+    assert again[0]["peak_used_bytes"] == again[1]["peak_used_bytes"]
+
+
+def test_ratios_go_from_one_to_below_the_bound():
+    assert bench.sweep_ratios(0.1, 0.42) == [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    assert bench.sweep_ratios(0.25, 0.2) == [1.0, 0.75, 0.5, 0.3, 0.25]    # 0.5, 0.3 always
+    assert bench.sweep_ratios(0.5, 0.0)[-1] >= 0.01
+    assert bench.sweep_ratios(0.01, 0.0)[-1] == 0.01
+
+
+def test_a_failure_above_the_minimum_is_recorded():
+    rows = [{"ratio": r, "status": s, "fragmentation_rate": 0.1, "records_per_s": 1.0,
+             "compute_overhead": 1.0, "search_time": 0.0, "evictions": 0, "recomputes": 0}
+            for r, s in ((1.0, "ok"), (0.9, "oom"), (0.8, "ok"), (0.7, "thrash"))]
+    p = bench.summarize_policy(rows)
+    assert p["min_feasible_ratio"] == 0.8 and p["failures_above_min"] == [0.9]
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--models", "resnet51"], "resnet51"),
+    (["--policies", "coop,best"], "best"),
+    (["--step", "0"], "--step"),
+    (["--step", "-0.1"], "--step"),
+    (["--patience", "0"], "--patience"),
+    (["--jobs", "0"], "--jobs"),
+    (["no-such-trace.jsonl"], "no-such-trace.jsonl"),
+])
+def test_bad_arguments_name_the_problem(tmp_path, argv, names):
+    with pytest.raises(SystemExit) as info:
+        cli(["bench", "--no-progress", "--out", str(tmp_path), *argv])
+    assert names in str(info.value.code)
+    assert not os.listdir(tmp_path)    # checked before anything is written
