@@ -294,7 +294,8 @@ cdef class Replayer(Evictor):
             if p.outs[k] >= 0:
                 self.users[p.outs[k]] = 1
         self.live_out[o] = n_new
-        self._link(o)
+        if n_new:
+            self._link(o)   # an op of views only has no record left to read its inputs
         self._account(o, False)
         return 0
 
@@ -737,3 +738,4 @@ cdef bint _replace(vector[int]& xs, int old, int new) noexcept:
             xs[i] = new
             found = True
     return found
+

@@ -175,7 +175,7 @@ def import_dtr(path):
             raise TraceError(f"{where(lineno)}: {instr} needs field {key!r}")
         return rec[key]
 
-    def memory(rec, lineno, name):
+    def memory(lineno, rec, name):
         if rec.get("INSTRUCTION") != "MEMORY" or rec.get("NAME") != name:
             raise TraceError(f"{where(lineno)}: expected MEMORY for {name!r}, got {rec!r}")
         try:

@@ -1,0 +1,351 @@
+"""Trace replay (coop/trace.py, coop/_replay.pyx, coop/replay.py, `coop replay`): the DTR log
+importer record by record, errors that name their line, the oracles (DTR's uniform linear
+chain, overhead exactly 1.0 when unlimited, recorded runs replaying with the run's evictions
+and recomputes), and the arena's invariants after a replay runs out of memory."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import coop
+import coop.replay as R
+from coop import ops
+from coop._replay import Replayer
+from coop.models import GPT, paper
+from coop.optim import AdamW
+from coop.trace import TraceError, compile_program, import_dtr
+
+POLICIES = list(coop.POLICY_TABLE)
+
+
+def write_lines(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+# ---- DTR's uniform linear chain ------------------------------------------------------------------
+
+def chain(n):
+    """DTR's chain: f_i (size 1, cost 1) reads f_{i-1}; then g_{n-1} from nothing and, for k =
+    n-2 .. 0, g_k reads f_{k-1} (k > 0) and g_{k+1}; each value released after its last reader."""
+    records = []
+    for i in range(n):
+        records.append({"op": "call", "name": f"f{i}", "inputs": [i - 1] if i else [],
+                        "outputs": [{"id": i, "size": 1, "alias": -1}], "cost": 1, "cls": "cheap"})
+    g = {n - 1: n}
+    records.append({"op": "call", "name": f"g{n - 1}", "inputs": [],
+                    "outputs": [{"id": n, "size": 1, "alias": -1}], "cost": 1, "cls": "cheap"})
+    records += [{"op": "release", "id": n - 1}, {"op": "release", "id": n - 2}]
+    for k in range(n - 2, -1, -1):
+        g[k] = n + (n - 1 - k)
+        records.append({"op": "call", "name": f"g{k}", "inputs": ([k - 1] if k else []) + [g[k + 1]],
+                        "outputs": [{"id": g[k], "size": 1, "alias": -1}], "cost": 1,
+                        "cls": "cheap"})
+        records.append({"op": "release", "id": g[k + 1]})
+        if k:
+            records.append({"op": "release", "id": k - 1})
+    return records
+
+
+#: N -> DTR's simulator (h_DTR, the paper's figure): extra ops / N at ceil(N/2) and ceil(2 sqrt N)
+DTR_CHAIN = {64: (0.50, 0.77), 256: (0.50, 0.90), 1024: (0.50, 0.96)}
+#: ours, measured (recomputes): the same budgets under dtr-ideal
+OURS_CHAIN = {64: (33, 50), 256: (129, 231), 1024: (513, 989)}
+
+
+@pytest.mark.parametrize("n", sorted(DTR_CHAIN))
+def test_dtr_linear_chain_matches_dtrs_simulator(n):
+    program = compile_program(chain(n))
+    assert R.peak(program, alignment=1) == n + 1
+    for budget, dtr, ours in zip((math.ceil(n / 2), math.ceil(2 * math.sqrt(n))),
+                                 DTR_CHAIN[n], OURS_CHAIN[n]):
+        result = R.replay(program, budget=budget, policy="dtr-ideal", alignment=1, thrash=None)
+        assert result["status"] == "ok"
+        extra = result["cost_total"] - result["cost_first"]
+        assert extra == result["recomputes"] == ours
+        assert abs(extra / n - dtr) <= 0.02, (n, budget, extra / n)
+
+
+def test_the_chain_runs_out_of_memory_below_three_units():
+    program = compile_program(chain(64))
+    for policy in POLICIES:
+        if policy == "none":
+            continue
+        result = R.replay(program, budget=2, policy=policy, alignment=1, thrash=None)
+        assert result["status"] == "oom", policy
+    assert R.replay(program, budget=3, policy="dtr-ideal", alignment=1, thrash=None)["status"] == "ok"
+
+
+# ---- unlimited budgets ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def resnet_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("traces") / "resnet50.jsonl"
+    paper.record_trace("resnet50", path, batch=2)
+    return path
+
+
+def test_every_policy_has_overhead_exactly_one_when_unlimited(resnet_trace, tmp_path):
+    programs = [R.load(resnet_trace), compile_program(chain(64)),
+                R.load(write_lines(tmp_path / "log.jsonl", DTR_LOG))]
+    for program in programs:
+        for policy in POLICIES:
+            result = R.replay(program, budget=1 << 40, policy=policy)
+            assert result["status"] == "ok"
+            assert result["compute_overhead"] == 1.0, policy
+            assert result["recomputes"] == result["evictions"] == result["searches"] == 0
+
+
+# ---- recorded runs replay with the run's evictions and recomputes ----------------------------------
+
+def same_counters(stats, result):
+    return ((stats["recomputes"], stats["arena_evictions"], stats["arena_searches"],
+             stats["cost_total"], stats["arena_peak_used_bytes"])
+            == (result["recomputes"], result["evictions"], result["searches"],
+                result["cost_total"], result["peak_used_bytes"]))
+
+
+@pytest.mark.parametrize("name", ["resnet50", "swin_t", "bilstm"])
+def test_a_simulated_training_step_replays_exactly(name, tmp_path):
+    path = tmp_path / f"{name}.jsonl"
+    peak = paper.record_trace(name, path, batch=2)["arena_peak_used_bytes"]
+    program = R.load(path)
+    assert R.peak(program) == peak
+    for policy in ("coop", "dtr", "dte", "coop-no-inplace"):
+        for ratio in (0.6, 0.35):
+            rt = coop.Runtime(coop.SimBackend(int(ratio * peak), policy=policy), cost="a100-80gb")
+            try:
+                stats, status = paper.training_step(rt, name, batch=2), "ok"
+            except coop.OutOfMemoryError:
+                stats, status = rt.stats(), "oom"
+            result = R.replay(program, budget=int(ratio * peak), policy=policy, thrash=None)
+            assert result["status"] == status, (policy, ratio)
+            assert same_counters(stats, result), (policy, ratio)
+
+
+def train_mlp(rt, steps=3, depth=24, width=16, batch=128):
+    rng = np.random.default_rng(0)
+    x = rt.tensor(rng.standard_normal((batch, width)))
+    targets = rt.tensor(rng.integers(0, 10, batch))
+    shapes = [(width, width), (width,)] * depth + [(width, 10), (10,)]
+    params = [rt.tensor(rng.standard_normal(s) / np.sqrt(s[0]), requires_grad=True)
+              for s in shapes]
+    opt = AdamW(params, lr=1e-2)
+    for _ in range(steps):
+        h = x
+        for w, b in zip(params[:-2:2], params[1:-2:2]):
+            h = ops.relu(h @ w + b)
+        loss = ops.cross_entropy(h @ params[-2] + params[-1], targets)
+        del h
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad()
+
+
+def train_gpt(rt, steps=2):
+    model = GPT(rt, 32, 16, 2, 2, 16, rng=0)
+    opt = AdamW(model.parameters(), lr=1e-2)
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        idx = rng.integers(0, 32, (4, 16))
+        loss = model.loss(idx, np.roll(idx, -1, axis=1))
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("train", [train_mlp, train_gpt])
+def test_a_recorded_host_run_replays_with_its_evictions_and_recomputes(train, tmp_path):
+    """The trace records what the run allocated, kernels' temporaries included, and the costs
+    it used; its replay at the run's budget makes the same evictions and recomputes."""
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
+    train(rt)
+    peak = rt.stats()["arena_peak_used_bytes"]
+    compared = 0
+    for policy in ("coop", "dtr", "dte", "lru"):
+        for ratio in (0.9, 0.8, 0.6):
+            rt = coop.Runtime(coop.numpy_allocator(int(ratio * peak)), policy=policy, cost="cpu")
+            path = tmp_path / f"{policy}-{ratio}.jsonl"
+            with rt.record(path):
+                try:
+                    train(rt)
+                except coop.OutOfMemoryError:
+                    continue   # the trace ends before the failed op: nothing to compare
+            stats = rt.stats()
+            result = R.replay(path, budget=int(ratio * peak), policy=policy, thrash=None)
+            assert result["status"] == "ok", (policy, ratio)
+            assert same_counters(stats, result), (policy, ratio)
+            compared += stats["arena_evictions"] > 0
+    assert compared >= 5
+
+
+# ---- the DTR log importer -------------------------------------------------------------------------
+
+DTR_LOG = [
+    {"INSTRUCTION": "CONSTANT", "NAME": "w"},
+    {"INSTRUCTION": "MEMORY", "NAME": "w", "MEMORY": "4096"},
+    {"INSTRUCTION": "CONSTANT", "NAME": "x"},
+    {"INSTRUCTION": "MEMORY", "NAME": "x", "MEMORY": "1024"},
+    {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"},
+    {"INSTRUCTION": "CALL", "NAME": "aten::mm", "ARGS": ["x", "w"], "RESULT": ["y"], "TIME": 100},
+    {"INSTRUCTION": "MEMORY", "NAME": "y", "MEMORY": "2048"},
+    {"INSTRUCTION": "ALIAS", "NAME": "y", "ALIAS": -1},
+    {"INSTRUCTION": "CALL", "NAME": "aten::view", "ARGS": ["y"], "RESULT": ["yv"], "TIME": 1},
+    {"INSTRUCTION": "MEMORY", "NAME": "yv", "MEMORY": "0"},
+    {"INSTRUCTION": "ALIAS", "NAME": "yv", "ALIAS": 0},
+    {"INSTRUCTION": "CALL", "NAME": "aten::relu", "ARGS": ["yv"], "RESULT": ["z"], "TIME": 10},
+    {"INSTRUCTION": "MEMORY", "NAME": "z", "MEMORY": "2048"},
+    {"INSTRUCTION": "ALIAS", "NAME": "z", "ALIAS": -1},
+    {"INSTRUCTION": "MUTATE", "NAME": "aten::add_", "ARGS": ["z", "y"], "MUTATE": [0], "TIME": 5},
+    {"INSTRUCTION": "COPY", "DST": "z2", "SRC": "z"},
+    {"INSTRUCTION": "RELEASE", "NAME": "y"},
+    {"INSTRUCTION": "RELEASE", "NAME": "yv"},
+    {"INSTRUCTION": "RELEASE", "NAME": "never-made"},
+    {"INSTRUCTION": "COPY_FROM", "DST": "z2", "SRC": "x"},
+    {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"},
+    {"INSTRUCTION": "RELEASE", "NAME": "z"},
+]
+
+
+def test_dtr_records_become_coop_records(tmp_path):
+    path = write_lines(tmp_path / "log.jsonl", DTR_LOG)
+    got = [record for _, record in import_dtr(path)]
+    assert got == [
+        {"op": "constant", "id": 0, "size": 4096},
+        {"op": "constant", "id": 1, "size": 1024},
+        {"op": "start"},
+        {"op": "call", "name": "aten::mm", "inputs": [1, 0],
+         "outputs": [{"id": 2, "size": 2048, "alias": -1}], "cost": 100.0, "cls": "expensive"},
+        {"op": "call", "name": "aten::view", "inputs": [2],
+         "outputs": [{"id": 2, "size": 0, "alias": 0}], "cost": 1.0, "cls": "cheap"},
+        {"op": "call", "name": "aten::relu", "inputs": [2],
+         "outputs": [{"id": 3, "size": 2048, "alias": -1}], "cost": 10.0, "cls": "cheap"},
+        {"op": "mutate", "name": "aten::add_", "inputs": [3, 2], "mutated": [0], "cost": 5.0,
+         "cls": "cheap"},
+        {"op": "access", "id": 3},                      # COPY z2 <- z
+        {"op": "release", "id": 2},                     # y and yv both released
+        {"op": "access", "id": 1},                      # COPY_FROM z2 <- x
+        {"op": "release", "id": 3},                     # z released, z2 moved to x
+    ]
+    program = R.load(path)
+    assert (program.n_values, program.n_ops, program.cost_first) == (4, 4, 116.0)
+
+
+def test_values_referenced_at_the_end_are_resident_and_pinned(tmp_path):
+    program = R.load(write_lines(tmp_path / "log.jsonl", DTR_LOG[:16]))   # up to COPY z2 <- z
+    arena = coop.Arena(1 << 20, 512)
+    replayer = Replayer(program, arena, "coop", "coop", True, True)
+    replayer.run()
+    replayer.finish()
+    assert replayer.resident_values() == [0, 1, 2, 3]     # w, x, y (and yv), z (and z2)
+    assert all(arena.storage_info(v)["pins"] == 1 for v in (2, 3))
+    arena.check()
+
+
+def test_records_before_start_are_skipped_and_what_they_leave_is_constant():
+    records = [
+        {"op": "constant", "id": 5, "size": 100},
+        {"op": "call", "name": "a", "inputs": [5], "outputs": [{"id": 6, "size": 200}], "cost": 7},
+        {"op": "call", "name": "b", "inputs": [6], "outputs": [{"id": 7, "size": 300}], "cost": 7},
+        {"op": "release", "id": 6},
+        {"op": "start"},
+        {"op": "call", "name": "c", "inputs": [7, 5], "outputs": [{"id": 8, "size": 50}], "cost": 3},
+    ]
+    program = compile_program(records)
+    assert (program.n_values, program.n_ops, program.cost_first) == (3, 1, 3.0)
+    result = R.unlimited(program, alignment=1)
+    assert result["peak_used_bytes"] == 450 and result["ops"] == 1
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"INSTRUCTION": "CONSTANT", "NAME": "a"}', '{"INSTRUCTION": "MEMORY", "NAME": "a", '
+      '"MEMORY": "8"}', '{"INSTRUCTION": "FROB"}'], r"log.jsonl:3: unknown record 'FROB'"),
+    (['{"INSTRUCTION": "CONSTANT", "NAME": "a"}', '{"INSTRUCTION": "RELEASE", "NAME": "a"}'],
+     r"log.jsonl:2: expected MEMORY for 'a'"),
+    (['{"INSTRUCTION": "CONSTANT", "NAME": "a"}', '{"INSTRUCTION": "MEMORY", "NAME": "a", '
+      '"MEMORY": "-1"}'], r"log.jsonl:2: MEMORY must be >= 0"),
+    (['{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["q"], "RESULT": ["r"], "TIME": 1}'],
+     r"log.jsonl:1: unknown name 'q'"),
+    (['{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": [], "RESULT": ["r"], "TIME": 1}',
+      '{"INSTRUCTION": "MEMORY", "NAME": "r", "MEMORY": "8"}',
+      '{"INSTRUCTION": "ALIAS", "NAME": "r", "ALIAS": 0}'], r"log.jsonl:3: ALIAS must be -1 or"),
+    (['{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": [], "RESULT": ["r"], "TIME": 1}'],
+     r"log.jsonl:1: the log ends inside this record"),
+    (['{"INSTRUCTION": "CONSTANT", "NAME": "a"}', 'not json'], r"log.jsonl:2: not JSON"),
+])
+def test_a_bad_dtr_log_names_its_line(tmp_path, lines, message):
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=message):
+        R.load(path, format="dtr")
+
+
+@pytest.mark.parametrize("records, message", [
+    ([{"op": "constant", "id": 0, "size": 8}, {"op": "bogus"}], r"t.jsonl:2: unknown record op 'bogus'"),
+    ([{"op": "call", "name": "f", "inputs": [7], "outputs": [{"id": 1, "size": 8}], "cost": 1}],
+     r"t.jsonl:1: id 7 is used but never defined"),
+    ([{"op": "constant", "id": 0, "size": 8}, {"op": "release", "id": 0},
+      {"op": "access", "id": 0}], r"t.jsonl:3: id 0 is used but released"),
+    ([{"op": "constant", "id": 0, "size": -8}], r"t.jsonl:1: size must be >= 0"),
+    ([{"op": "constant", "id": 0, "size": 8}, {"op": "constant", "id": 0, "size": 8}],
+     r"t.jsonl:2: id 0 is defined twice"),
+    ([{"op": "constant", "id": 0, "size": 8},
+      {"op": "mutate", "name": "f_", "inputs": [0], "mutated": [1], "cost": 1}],
+     r"t.jsonl:2: mutated must list indices into the 1 inputs"),
+    ([{"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 1, "size": 8, "alloc": 1}],
+       "cost": 1, "allocs": [8]}], r"t.jsonl:1: an output's alloc 1 is not an allocation"),
+    ([{"op": "call", "name": "f", "inputs": [], "outputs": [], "cost": 1}],
+     r"t.jsonl:1: call 'f' has no outputs"),
+])
+def test_a_bad_coop_trace_names_its_line(tmp_path, records, message):
+    path = write_lines(tmp_path / "t.jsonl", records)
+    with pytest.raises(TraceError, match=message):
+        R.load(path)
+
+
+def test_bad_replay_arguments_are_errors_that_name_the_fix(resnet_trace):
+    program = R.load(resnet_trace)
+    with pytest.raises(ValueError, match="unknown policy 'belady'"):
+        R.replay(program, ratio=0.5, policy="belady")
+    with pytest.raises(ValueError, match="exactly one of budget"):
+        R.replay(program, ratio=0.5, budget="1GiB")
+    with pytest.raises(ValueError, match="ratio must be a number > 0"):
+        R.replay(program, ratio=-3)
+    with pytest.raises(ValueError, match="must be more than 0 bytes|must be at least 1 byte|not a size"):
+        R.replay(program, budget="-3GB")
+
+
+def test_the_arena_is_consistent_after_a_replay_runs_out_of_memory(resnet_trace):
+    program = R.load(resnet_trace)
+    peak = R.peak(program)
+    for policy in ("coop", "dtr", "dte", "lru"):
+        arena = coop.Arena(int(0.15 * peak), 512)
+        core, partition, inplace = coop.POLICY_TABLE[policy]
+        replayer = Replayer(program, arena, core, policy, partition, inplace)
+        with pytest.raises(coop.OutOfMemoryError):
+            replayer.run()
+        arena.check()
+        assert arena.stats()["failed_allocations"] == 1
+
+
+# ---- the command ----------------------------------------------------------------------------------
+
+def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
+    from coop.__main__ import main
+    assert main(["replay", str(resnet_trace), "--budget", "0.5", "--policy", "coop,dtr,dtr-ideal"]) == 0
+    out = capsys.readouterr().out
+    assert "unlimited peak" in out and "compute overhead" in out and "fragmentation rate" in out
+    header = next(line for line in out.splitlines() if "dtr-ideal" in line)
+    assert header.split() == ["coop", "dtr", "dtr-ideal"]
+    assert main(["replay", str(resnet_trace), "--budget", "1GiB", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["policy"] == "coop" and result["budget_bytes"] == 1 << 30
+    with pytest.raises(SystemExit, match="unknown policy 'belady'"):
+        main(["replay", str(resnet_trace), "--budget", "0.5", "--policy", "belady"])
+    with pytest.raises(SystemExit, match="budget ratio '-3' must be > 0"):
+        main(["replay", str(resnet_trace), "--budget", "-3"])
