@@ -285,6 +285,19 @@ def _search_claim(by_policy, ratio=0.3):
             "coop_searches": c["searches"], "dtr_searches": d["searches"]}
 
 
+def search_factor_median(by_policy):
+    """dtr's total search time over coop's, median over the ratios where both complete and
+    coop searched (None if there are none): search time beyond the single ratio 0.3."""
+    if "coop" not in by_policy or "dtr" not in by_policy:
+        return None
+    factors = []
+    for c in by_policy["coop"]:
+        d = _at(by_policy["dtr"], c["ratio"])
+        if c["status"] == "ok" and d is not None and d["status"] == "ok" and c["search_time"]:
+            factors.append(d["search_time"] / c["search_time"])
+    return {"median": statistics.median(factors), "ratios": len(factors)} if factors else None
+
+
 def summarize(sources, rows, policies):
     """summary.json's content: per source, its unlimited run, per policy summaries and the
     issue's claims (holds: true, false, or null where it cannot be checked, with why)."""
@@ -298,6 +311,7 @@ def summarize(sources, rows, policies):
         summary[s["name"]] = {
             **{k: v for k, v in s.items() if k != "name"},
             "policies": per,
+            "search_dtr_over_coop": search_factor_median(by_policy),
             "claims": {
                 "min_budget": _min_claim(mins),
                 "fragmentation": _fragmentation_claim(by_policy),

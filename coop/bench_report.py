@@ -102,16 +102,20 @@ def tables(summary, policies, rows):
         else:
             factor = "inf" if math.isinf(se["factor"]) else f"{se['factor']:.1f}"
             search = [f"{se['coop'] * 1e3:.2f}", f"{se['dtr'] * 1e3:.2f}", factor]
+        every = s["search_dtr_over_coop"]
+        search.append("-" if every is None else f"{every['median']:.2f} ({every['ratios']})")
         body.append([name, _ratio(c), _ratio(mins.get("dtr")), _ratio(mins.get("dte")),
                      saving["dtr"], saving["dte"], _ratio(ideal), cost, frag, below, *search])
     out.append("\ncoop against the others: minimum feasible ratios (dtr/coop: the memory saving); "
                "coop - dtr-ideal (what addresses cost); mean fragmentation rate coop / dtr / dte "
                "over the ratios where all three complete and search (count), and whether coop's "
                "is below both at every one (else the count of ratios where it is not); total "
-               "search time at 0.3 where both complete:\n")
+               "search time at 0.3 where both complete, and dtr's over coop's at every ratio where "
+               "both complete (median, count):\n")
     out.append(_table(["model", "coop min", "dtr min", "dte min", "dtr/coop", "dte/coop",
                        "dtr-ideal min", "coop - ideal", "frag coop / dtr / dte",
-                       "coop below both", "search coop ms", "search dtr ms", "dtr/coop"], body))
+                       "coop below both", "search @0.3 coop ms", "dtr ms", "dtr/coop",
+                       "search dtr/coop, all ratios"], body))
 
     body = []
     for name, s in summary.items():
@@ -157,8 +161,9 @@ def _lines(plt, summary, rows, policies, path, key, ylabel, title, log=False, cl
             if clip is not None:
                 pts = [(x, min(y, clip)) for x, y in pts]
             if pts:
-                ax.plot(*zip(*sorted(pts)), marker=".", ms=3, lw=1, color=colors(i % 10),
-                        label=p)
+                top = p == "coop"    # drawn over the ablations that often coincide with it
+                ax.plot(*zip(*sorted(pts)), marker=".", ms=3, lw=1.6 if top else 1,
+                        color=colors(i % 10), label=p, zorder=4 if top else 2)
         if clip is not None:
             ax.axhline(clip, color="gray", ls="--", lw=1, label=f"thrash ({clip:g})")
             ax.set_ylim(top=clip * 1.03)
@@ -202,9 +207,9 @@ def _bars(plt, summary, policies, path):
                   label="lower bound" if j == 0 else None)
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("minimum feasible budget ratio")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.2)
     ax.set_title("Minimum feasible budget per model (lower is better; no bar: none completed)")
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, ncol=5, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
