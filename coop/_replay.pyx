@@ -635,7 +635,8 @@ cdef class Replayer(Evictor):
         cdef vector[int] slots
         cdef int u
         for u in neighbours:
-            if u != v and self.slot[u] >= 0:
+            # constants never evict: they are nobody's neighbour (as coop/runtime.py)
+            if u != v and self.slot[u] >= 0 and self.producer[u] >= 0:
                 slots.push_back(self.slot[u])
         self.slot[v] = self.arena.c_add_storage(v, cost, slots, evictable)
         return 0
