@@ -126,3 +126,16 @@ def specs(rt, fn, args, arrays):
     out.backward(seed)
     return [(out.shape, out.dtype)] + [(t.grad.shape, t.grad.dtype)
                                        for arg, t in zip(args, inputs) if arg.grad]
+
+
+def np_conv_transpose2d(x, w, b=None, stride=1, padding=0):
+    """Each input pixel scatters its kernel-weighted copy; then the border is cropped."""
+    n, _, h, wd = x.shape
+    _, f, kh, kw = w.shape
+    full = np.zeros((n, f, (h - 1) * stride + kh, (wd - 1) * stride + kw))
+    for i in range(h):
+        for j in range(wd):
+            full[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw] += np.einsum(
+                "nc,cfhw->nfhw", x[:, :, i, j], w)
+    out = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
+    return out if b is None else out + b[None, :, None, None]

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from _gradcheck import host_runtime
+from _gradcheck import host_runtime, np_conv_transpose2d
 
 import coop
 from coop import nn, ops
@@ -52,19 +52,6 @@ def np_lstm(x, s, hidden):
         h = np_sigmoid(o) * np.tanh(c)
         outs.append(h)
     return np.stack(outs), h, c
-
-
-def np_conv_transpose2d(x, w, b, stride, padding):
-    """Each input pixel scatters its kernel-weighted copy; then the border is cropped."""
-    n, _, h, wd = x.shape
-    _, f, k, _ = w.shape
-    full = np.zeros((n, f, (h - 1) * stride + k, (wd - 1) * stride + k))
-    for i in range(h):
-        for j in range(wd):
-            full[:, :, i * stride:i * stride + k, j * stride:j * stride + k] += np.einsum(
-                "nc,cfhw->nfhw", x[:, :, i, j], w)
-    crop = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
-    return crop + b[:, None, None]
 
 
 def sub_state(state, prefix):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import coop
-from _gradcheck import A, D, I, N, P, analytic, const, draw, evaluate, host_runtime, numeric, specs
+from _gradcheck import (A, D, I, N, P, analytic, const, draw, evaluate, host_runtime,
+                        np_conv_transpose2d, numeric, specs)
 from coop import ops
 
 # ---- NumPy references -------------------------------------------------------------------------
@@ -50,19 +51,6 @@ def np_conv2d(x, w, b=None, stride=1, padding=0):
         for j in range(ow):
             patch = x[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
             out[:, :, i, j] = np.einsum("nchw,fchw->nf", patch, w)
-    return out if b is None else out + b[None, :, None, None]
-
-
-def np_conv_transpose2d(x, w, b=None, stride=1, padding=0):
-    """Each input pixel scatters its kernel-weighted copy; then the border is cropped."""
-    n, _, h, wd = x.shape
-    _, f, kh, kw = w.shape
-    full = np.zeros((n, f, (h - 1) * stride + kh, (wd - 1) * stride + kw))
-    for i in range(h):
-        for j in range(wd):
-            full[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw] += np.einsum(
-                "nc,cfhw->nfhw", x[:, :, i, j], w)
-    out = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
     return out if b is None else out + b[None, :, None, None]
 
 

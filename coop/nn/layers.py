@@ -100,18 +100,28 @@ class BatchNorm2d(Module):
         return f"{self.weight.shape[0]}"
 
 
-class Conv2d(Module):
+class _Conv(Module):
+    """A square-kernel convolution's parameters: weight of weight_shape, bias (out,), both
+    U(+-1/sqrt(fan_in)) as PyTorch's."""
+
+    def __init__(self, rt, weight_shape, fan_in, out_channels, stride, padding, bias, rng,
+                 dtype):
+        super().__init__()
+        rng = generator(rng)
+        self.stride, self.padding = stride, padding
+        draw = uniform(rng, 1.0 / math.sqrt(fan_in))
+        self.weight = make_parameter(rt, weight_shape, dtype, draw)
+        self.bias = make_parameter(rt, (out_channels,), dtype, draw) if bias else None
+
+
+class Conv2d(_Conv):
     """2-D cross-correlation of NCHW input with a square kernel; weight (out, in, k, k)."""
 
     def __init__(self, rt, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  bias=True, rng=None, dtype=numpy.float32):
-        super().__init__()
-        rng = generator(rng)
-        self.stride, self.padding = stride, padding
-        draw = uniform(rng, 1.0 / math.sqrt(in_channels * kernel_size * kernel_size))
-        self.weight = make_parameter(rt, (out_channels, in_channels, kernel_size, kernel_size),
-                                     dtype, draw)
-        self.bias = make_parameter(rt, (out_channels,), dtype, draw) if bias else None
+        k = kernel_size
+        super().__init__(rt, (out_channels, in_channels, k, k), in_channels * k * k,
+                         out_channels, stride, padding, bias, rng, dtype)
 
     def forward(self, x):
         return ops.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
@@ -121,19 +131,15 @@ class Conv2d(Module):
         return f"{c}, {f}, kernel_size={k}, stride={self.stride}, padding={self.padding}"
 
 
-class ConvTranspose2d(Module):
+class ConvTranspose2d(_Conv):
     """2-D transposed convolution of NCHW input with a square kernel; weight (in, out, k, k)
     as PyTorch's, whose fan_in (for the initial bound) is out * k * k."""
 
     def __init__(self, rt, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  bias=True, rng=None, dtype=numpy.float32):
-        super().__init__()
-        rng = generator(rng)
-        self.stride, self.padding = stride, padding
-        draw = uniform(rng, 1.0 / math.sqrt(out_channels * kernel_size * kernel_size))
-        self.weight = make_parameter(rt, (in_channels, out_channels, kernel_size, kernel_size),
-                                     dtype, draw)
-        self.bias = make_parameter(rt, (out_channels,), dtype, draw) if bias else None
+        k = kernel_size
+        super().__init__(rt, (in_channels, out_channels, k, k), out_channels * k * k,
+                         out_channels, stride, padding, bias, rng, dtype)
 
     def forward(self, x):
         return ops.conv_transpose2d(x, self.weight, self.bias, stride=self.stride,

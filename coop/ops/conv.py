@@ -89,17 +89,23 @@ CONV2D_GRAD_WEIGHT = op_kernel(
     flops=lambda x, g, stride, padding, kernel_size: _conv_flops(*g[0], x[0][1], *kernel_size))
 
 
-def _conv2d_backward(node, g):
+def _conv_backward(grad_input, grad_weight, node, g, **input_attrs):
+    """(gx, gw, gb) of a convolution-like node, through its two gradient kernels."""
     x, w = node.saved
     stride, padding = node.attrs["stride"], node.attrs["padding"]
     gx = gw = gb = None
     if node.needs[0]:
-        gx = CONV2D_GRAD_INPUT(g, w, stride=stride, padding=padding, x_shape=x.shape)
+        gx = grad_input(g, w, stride=stride, padding=padding, **input_attrs)
     if node.needs[1]:
-        gw = CONV2D_GRAD_WEIGHT(x, g, stride=stride, padding=padding, kernel_size=w.shape[2:])
+        gw = grad_weight(x, g, stride=stride, padding=padding, kernel_size=w.shape[2:])
     if len(node.needs) > 2 and node.needs[2]:
         gb = reduce_sum(g, axis=(0, 2, 3))
     return gx, gw, gb
+
+
+def _conv2d_backward(node, g):
+    return _conv_backward(CONV2D_GRAD_INPUT, CONV2D_GRAD_WEIGHT, node, g,
+                          x_shape=node.saved[0].shape)
 
 
 def conv2d(x, w, b=None, stride=1, padding=0):
@@ -160,17 +166,7 @@ CONV_TRANSPOSE2D_GRAD_WEIGHT = op_kernel(
 
 
 def _conv_transpose2d_backward(node, g):
-    x, w = node.saved
-    stride, padding = node.attrs["stride"], node.attrs["padding"]
-    gx = gw = gb = None
-    if node.needs[0]:
-        gx = CONV_TRANSPOSE2D_GRAD_INPUT(g, w, stride=stride, padding=padding)
-    if node.needs[1]:
-        gw = CONV_TRANSPOSE2D_GRAD_WEIGHT(x, g, stride=stride, padding=padding,
-                                          kernel_size=w.shape[2:])
-    if len(node.needs) > 2 and node.needs[2]:
-        gb = reduce_sum(g, axis=(0, 2, 3))
-    return gx, gw, gb
+    return _conv_backward(CONV_TRANSPOSE2D_GRAD_INPUT, CONV_TRANSPOSE2D_GRAD_WEIGHT, node, g)
 
 
 def conv_transpose2d(x, w, b=None, stride=1, padding=0):
