@@ -102,6 +102,7 @@ class Runtime(Residency):
         self._random_ops = 0
         self._storages = weakref.WeakValueDictionary()   # sid -> Storage
         self._pins = {}                                    # sid -> pins held by the runtime
+        self.shared = {}     # constants modules share (coop.nn's causal masks), by key
         self.counters = dict(ops=0, recomputes=0, cost_first=0.0, cost_total=0.0,
                              eager_evictions=0, demotions=0, releases=0, held=0)
 

@@ -7,6 +7,7 @@ import numpy
 from coop import ops
 from coop.nn import Dropout, Embedding, LayerNorm, Linear, Sequential, TransformerBlock
 from coop.nn.module import Module, as_tensor, generator, runtime_of
+from coop.nn.transformer import causal_mask
 
 
 class GPT(Module):
@@ -28,6 +29,7 @@ class GPT(Module):
         self.lm_head = None if tie_weights else Linear(rt, d_model, vocab, bias=False, rng=rng,
                                                        dtype=dtype, init_std=init_std)
         self._positions = {}   # T -> constant arange(T): made once per length
+        causal_mask(rt, block_size, dtype)   # with the parameters, as GPT-2's buffer
 
     def positions(self, length):
         if length not in self._positions:

@@ -14,6 +14,21 @@ from coop.nn.layers import GELU, Dropout, LayerNorm, Linear
 from coop.nn.module import Module, Sequential, as_tensor, generator, runtime_of
 
 
+def causal_mask(rt, length, dtype):
+    """The (T, T) additive causal mask, 0 on and below the diagonal and -inf above: one
+    constant per runtime and dtype, shared by every attention layer, of the longest length
+    asked so far; a shorter one is a view of its corner. Made at a model's construction
+    (GPT makes it for its block size), it sits with the parameters, not among activations."""
+    key = ("causal_mask", numpy.dtype(dtype))
+    full = rt.shared.get(key)
+    if full is None or full.shape[0] < length:
+        above = numpy.triu(numpy.ones((length, length), dtype=bool), 1)
+        full = rt.shared[key] = as_tensor(rt, numpy.where(above, -numpy.inf, 0.0).astype(dtype))
+    if full.shape[0] == length:
+        return full
+    return ops.getitem(full, (slice(0, length), slice(0, length)))
+
+
 class CausalSelfAttention(Module):
     """Multi-head attention of each position over itself and earlier ones: x (B, T, d_model)
     -> (B, T, d_model). Projections q, k, v and proj are Linear layers with biases."""
@@ -32,20 +47,14 @@ class CausalSelfAttention(Module):
         self.proj = Linear(rt, d_model, d_model, **linear)
         self.attn_dropout = Dropout(dropout)
         self.resid_dropout = Dropout(dropout)
-        self._masks = {}   # T -> constant (T, T) additive mask; not state (rebuilt on demand)
 
     def _heads(self, x, batch, length):
         """(B, T, C) -> (B, H, T, C / H)."""
         return ops.transpose(ops.reshape(x, (batch, length, self.n_heads, -1)), (0, 2, 1, 3))
 
     def mask(self, length, dtype):
-        """The (T, T) additive mask: 0 on and below the diagonal, -inf above."""
-        key = (length, numpy.dtype(dtype))
-        if key not in self._masks:
-            above = numpy.triu(numpy.ones((length, length), dtype=bool), 1)
-            self._masks[key] = as_tensor(self.q.weight.runtime,
-                                         numpy.where(above, -numpy.inf, 0.0).astype(dtype))
-        return self._masks[key]
+        """The (T, T) additive causal mask (see causal_mask)."""
+        return causal_mask(self.q.weight.runtime, length, dtype)
 
     def forward(self, x):
         batch, length, channels = x.shape
