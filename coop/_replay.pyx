@@ -19,10 +19,10 @@ from coop.errors import OutOfMemoryError
 
 # record kinds
 cdef enum:
-    R_CONSTANT, R_CALL, R_MUTATE, R_RELEASE, R_ACCESS
+    R_CONSTANT, R_CALL, R_MUTATE, R_RELEASE, R_ACCESS, R_MATERIALIZE
 
 KINDS = {"constant": R_CONSTANT, "call": R_CALL, "mutate": R_MUTATE, "release": R_RELEASE,
-         "access": R_ACCESS}
+         "access": R_ACCESS, "materialize": R_MATERIALIZE}
 
 
 cdef inline double _monotonic() noexcept nogil:
@@ -181,8 +181,10 @@ cdef class Replayer(Evictor):
                 self._constant(arg)
             elif kind == R_RELEASE:
                 self._release(arg)
-            else:
+            elif kind == R_ACCESS:
                 self._access(arg)
+            else:
+                self._materialize(arg)
             self.records += 1
 
     def finish(self):
@@ -222,6 +224,40 @@ cdef class Replayer(Evictor):
         self._make_resident1(v)
         self.arena.c_touch(self.slot[v], self.clock)
         self._unpin1(v, True)
+        return 0
+
+    cdef int _materialize(self, int v) except -1:
+        """Runtime.materialize: v becomes a constant (resident, unevictable, no producer);
+        its producer's record may die, and what only it kept alive."""
+        cdef int o = self.producer[v]
+        cdef int pins
+        cdef Py_ssize_t off
+        cdef vector[int] none
+        cdef vector[int] uniq
+        cdef int u
+        if o < 0:
+            return 0
+        self._pin1(v)
+        self._make_resident1(v)
+        self._unpin1(v, True)
+        off = self.offset[v]
+        pins = self.arena.storages[self.slot[v]].pins
+        self.arena.c_remove_storage(self.slot[v])
+        self.slot[v] = -1
+        self._register(v, 0.0, none, False)
+        self.offset[v] = -1
+        self._bind(v, off)
+        self.arena.c_pin(self.slot[v], pins)
+        self.const_bytes += self.arena.request_size(self.size[v])
+        self.op_out[o][self.index[v]] = -1
+        self.producer[v] = -1
+        self.index[v] = 0
+        self.live_out[o] -= 1
+        if self.live_out[o] == 0:
+            _unique_into(self.op_in[o], uniq)
+            for u in uniq:
+                self.readers[u] -= 1
+                self._maybe_die(u)
         return 0
 
     cdef int _apply(self, int o, bint mutate) except -1:
@@ -326,8 +362,9 @@ cdef class Replayer(Evictor):
                                   self.arena.storages[self.slot[s]].cost, neighbours,
                                   self.producer[s] >= 0)
                 if self.producer[s] < 0 or not self.inplace:
-                    # nothing can recompute the old value (or the ablation copies): a copy
-                    self._place(w, cls)
+                    # nothing can recompute the old value (or the ablation copies): a copy;
+                    # a constant's copy is unevictable and goes with the constants
+                    self._place(w, EXPENSIVE if self.producer[s] < 0 else cls)
                     self.arena.c_touch(self.slot[w], self.clock)
                     if self.producer[s] < 0:
                         self.const_bytes += self.arena.request_size(self.size[w])

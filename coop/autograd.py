@@ -99,7 +99,7 @@ def backward(root, grad=None, retain_graph=False):
             _accumulate(root, grad)
             return
         pending = {root.grad_fn: grad}
-        handed = set()   # storages given to leaves in this pass: each leaf gets its own
+        handed = set()   # ids of storages given to leaves in this pass: each gets its own
         del grad
         for node in _reverse_topological(root.grad_fn):
             g = pending.pop(node, None)
@@ -115,6 +115,10 @@ def backward(root, grad=None, retain_graph=False):
                         pending[edge] = gi if edge not in pending else ops.add_n(pending[edge], gi)
                     else:
                         _accumulate(edge, gi, handed)
+                        # kept as a constant from now on, as PyTorch's .grad is a plain leaf:
+                        # the records behind it can die, so in-place updates of the
+                        # parameters copy nothing
+                        edge.grad.runtime.materialize(edge.grad)
                 grads = gi = None   # the pass holds no gradient longer than it must
             if not retain_graph:
                 node.release()
@@ -127,9 +131,10 @@ def _accumulate(leaf, grad, handed=None):
         leaf.grad = _ops().add_n(leaf.grad, grad)
         return
     if handed is not None:
-        if grad.storage in handed:
+        # storage ids, not storages: the set must not keep a record alive
+        if grad.storage.sid in handed:
             grad = _ops().copy(grad)
-        handed.add(grad.storage)
+        handed.add(grad.storage.sid)
     leaf.grad = grad.detach()
 
 

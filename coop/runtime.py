@@ -151,6 +151,31 @@ class Runtime(Residency):
         tensor.requires_grad = bool(requires_grad)
         return tensor
 
+    def materialize(self, *tensors):
+        """Keep the tensors' values as constants: rematerialize them if evicted, then forget
+        how they were computed. Their producers' records (and the graph behind them, the old
+        values of parameters updated in place since) can then die. Autograd does this to the
+        gradients a backward pass leaves in ``.grad``, as PyTorch's are plain leaves."""
+        storages = [s for s in _unique(t._view.storage for t in tensors) if s.op is not None]
+        self._pin(storages)
+        try:
+            self._make_resident(storages)
+        finally:
+            self._unpin(storages)
+        for s in storages:
+            info = self.arena.storage_info(s.sid)
+            op, index = s.op, s.index
+            op.outputs[index] = None
+            s.op, s.index = None, 0
+            self.arena.remove_storage(s.sid)
+            self.arena.add_storage(s.sid, 0.0, (), evictable=False)
+            self.arena.bind(info["offset"], s.sid)
+            for _ in range(info["pins"]):
+                self.arena.pin(s.sid)
+            if self.trace is not None:
+                self.trace.materialize(s)
+            del op
+
     # ---- apply --------------------------------------------------------------------------------
 
     def apply(self, kernel, *inputs, **attrs):
@@ -357,8 +382,10 @@ class Runtime(Residency):
                                    evictable=s.op is not None)
             if s.op is None or not self.inplace:
                 # nothing can recompute the old value (or the ablation copies): keep a copy,
-                # taken before the kernel overwrites S
-                self._copy_into(v, s, op.cls)
+                # taken before the kernel overwrites S. A constant's copy is unevictable: it
+                # goes with the constants (EXPENSIVE, the low end), not among cheap tensors
+                # whose windows it would split.
+                self._copy_into(v, s, EXPENSIVE if s.op is None else op.cls)
         elapsed = 0
         if self.xp is not None:
             # the first run mutates S itself; only a recompute reads V (into a fresh copy).

@@ -52,6 +52,9 @@ class TraceWriter:
             record["allocs"] = allocs
         self._write(record)
 
+    def materialize(self, storage):
+        self._write({"op": "materialize", "id": storage.sid})
+
     def release(self, storage):
         self._write({"op": "release", "id": storage.sid})
 
@@ -72,6 +75,7 @@ _FIELDS = {   # op -> required fields and their types
     "mutate": {"name": str, "inputs": list, "mutated": list, "cost": (int, float)},
     "release": {"id": int},
     "access": {"id": int},
+    "materialize": {"id": int},
     "start": {},
 }
 
@@ -397,9 +401,9 @@ def compile_program(records, where="<records>"):
                         cost_kind[r.get("cls", "expensive")]))
             names.append(r["name"])
             out_records.append((KINDS[kind], len(ops) - 1))
-        elif kind in ("release", "access"):
+        elif kind in ("release", "access", "materialize"):
             if r["id"] not in live:
-                if kind == "access":
+                if kind != "release":
                     ref(r["id"], lineno)
                 continue   # releasing an unknown or released id is ignored
             if kind == "release":
