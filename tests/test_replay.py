@@ -4,6 +4,7 @@ chain, overhead exactly 1.0 when unlimited, recorded runs replaying with the run
 and recomputes), and the arena's invariants after a replay runs out of memory."""
 import json
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -182,6 +183,29 @@ def test_a_recorded_host_run_replays_with_its_evictions_and_recomputes(train, tm
     assert compared >= 5
 
 
+def test_materialize_makes_a_constant_and_lets_the_graph_behind_it_die(tmp_path):
+    rt = coop.Runtime(coop.numpy_allocator("1MiB"), cost="cpu")
+    path = tmp_path / "m.jsonl"
+    with rt.record(path):
+        x = rt.tensor(np.arange(8.0))
+        y = ops.exp(x)
+        z = ops.mul(y, y)
+        del y
+        y_record = weakref.ref(z.storage.op.inputs[0].storage)
+        assert y_record().users == 0 and y_record().op is not None  # kept for z's recompute
+        rt.materialize(z)
+        assert z.storage.op is None and y_record() is None          # y's record died
+        info = rt.arena.storage_info(z.storage.sid)
+        assert info["resident"] and not info["evictable"] and info["cost"] == 0.0
+        np.testing.assert_array_equal(z.numpy(), np.exp(np.arange(8.0)) ** 2)
+        rt.arena.check()
+        del z
+    kinds = [json.loads(line)["op"] for line in path.read_text().splitlines()]
+    assert kinds == ["meta", "constant", "call", "call", "release", "materialize", "release"]
+    result = R.replay(path, budget="1MiB", policy="coop")
+    assert (result["status"], result["ops"], result["recomputes"]) == ("ok", 2, 0)
+
+
 # ---- the DTR log importer -------------------------------------------------------------------------
 
 DTR_LOG = [
@@ -301,6 +325,7 @@ def test_a_bad_dtr_log_names_its_line(tmp_path, lines, message):
        "cost": 1, "allocs": [8]}], r"t.jsonl:1: an output's alloc 1 is not an allocation"),
     ([{"op": "call", "name": "f", "inputs": [], "outputs": [], "cost": 1}],
      r"t.jsonl:1: call 'f' has no outputs"),
+    ([{"op": "materialize", "id": 3}], r"t.jsonl:1: id 3 is used but never defined"),
 ])
 def test_a_bad_coop_trace_names_its_line(tmp_path, records, message):
     path = write_lines(tmp_path / "t.jsonl", records)
