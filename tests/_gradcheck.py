@@ -139,3 +139,23 @@ def np_conv_transpose2d(x, w, b=None, stride=1, padding=0):
                 "nc,cfhw->nfhw", x[:, :, i, j], w)
     out = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
     return out if b is None else out + b[None, :, None, None]
+
+
+def deep_mlp(rt, depth, width, batch):
+    """A deep, narrow ReLU MLP's data and parameters (activations dominate its constants):
+    (x, targets, params), params as [w1, b1, ..., w_out, b_out], leaves that require grad."""
+    rng = np.random.default_rng(0)
+    x = rt.tensor(rng.standard_normal((batch, width)))
+    targets = rt.tensor(rng.integers(0, 10, batch))
+    shapes = [(width, width), (width,)] * depth + [(width, 10), (10,)]
+    params = [rt.tensor(rng.standard_normal(s) / np.sqrt(s[0]), requires_grad=True)
+              for s in shapes]
+    return x, targets, params
+
+
+def deep_mlp_loss(x, targets, params):
+    from coop import ops
+    h = x
+    for w, b in zip(params[:-2:2], params[1:-2:2]):
+        h = ops.relu(h @ w + b)
+    return ops.cross_entropy(h @ params[-2] + params[-1], targets)

@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 import pytest
-from _gradcheck import host_runtime
+from _gradcheck import deep_mlp, deep_mlp_loss, host_runtime
 
 import coop
 from coop import ops
@@ -216,18 +216,10 @@ def train(budget, policy, steps=3, depth=48, width=16, batch=256):
     """A deep, narrow ReLU MLP (activations dominate its constants) trained by SGD; returns
     the losses, the final parameters and the runtime's stats."""
     rt = host_runtime(budget, policy)
-    rng = np.random.default_rng(0)
-    x = rt.tensor(rng.standard_normal((batch, width)))
-    targets = rt.tensor(rng.integers(0, 10, batch))
-    shapes = [(width, width), (width,)] * depth + [(width, 10), (10,)]
-    params = [rt.tensor(rng.standard_normal(s) / np.sqrt(s[0]), requires_grad=True) for s in shapes]
+    x, targets, params = deep_mlp(rt, depth, width, batch)
     losses = []
     for _ in range(steps):
-        h = x
-        for w, b in zip(params[:-2:2], params[1:-2:2]):
-            h = ops.relu(h @ w + b)
-        loss = ops.cross_entropy(h @ params[-2] + params[-1], targets)
-        del h
+        loss = deep_mlp_loss(x, targets, params)
         losses.append(loss.numpy())
         loss.backward()
         del loss

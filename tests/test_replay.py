@@ -8,6 +8,7 @@ import weakref
 
 import numpy as np
 import pytest
+from _gradcheck import deep_mlp, deep_mlp_loss
 
 import coop
 import coop.replay as R
@@ -125,20 +126,11 @@ def test_a_simulated_training_step_replays_exactly(name, tmp_path):
             assert same_counters(stats, result), (policy, ratio)
 
 
-def train_mlp(rt, steps=3, depth=24, width=16, batch=128):
-    rng = np.random.default_rng(0)
-    x = rt.tensor(rng.standard_normal((batch, width)))
-    targets = rt.tensor(rng.integers(0, 10, batch))
-    shapes = [(width, width), (width,)] * depth + [(width, 10), (10,)]
-    params = [rt.tensor(rng.standard_normal(s) / np.sqrt(s[0]), requires_grad=True)
-              for s in shapes]
+def train_mlp(rt, steps=3):
+    x, targets, params = deep_mlp(rt, depth=24, width=16, batch=128)
     opt = AdamW(params, lr=1e-2)
     for _ in range(steps):
-        h = x
-        for w, b in zip(params[:-2:2], params[1:-2:2]):
-            h = ops.relu(h @ w + b)
-        loss = ops.cross_entropy(h @ params[-2] + params[-1], targets)
-        del h
+        loss = deep_mlp_loss(x, targets, params)
         loss.backward()
         del loss
         opt.step()
