@@ -1,6 +1,6 @@
 """coop: train NumPy-style models under a hard memory budget."""
 from coop import models, nn, ops, optim
-from coop._core import CHEAP, EXPENSIVE, NO_STORAGE, POLICIES, Arena
+from coop._core import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, Arena
 from coop.autograd import is_grad_enabled, no_grad
 from coop.backends.host import numpy_allocator
 from coop.backends.sim import SimBackend
@@ -11,7 +11,7 @@ from coop.runtime import POLICY_TABLE, Runtime, apply, get_runtime
 from coop.tensor import Tensor
 
 __all__ = ["Arena", "CHEAP", "DEVICES", "DeviceSpec", "EXPENSIVE", "Kernel", "NO_STORAGE",
-           "OutOfMemoryError", "POLICIES", "POLICY_TABLE", "Runtime", "SimBackend", "Tensor",
+           "LOWEST", "OutOfMemoryError", "POLICIES", "POLICY_TABLE", "Runtime", "SimBackend", "Tensor",
            "apply", "get_runtime", "is_grad_enabled", "kernel", "models", "nn", "no_grad",
            "numpy_allocator", "ops", "optim", "parse_budget"]
 __version__ = "0.1.0"

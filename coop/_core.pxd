@@ -107,6 +107,7 @@ cdef class Arena:
     cdef size_t largest_free(self) noexcept
     cdef Py_ssize_t c_allocate(self, size_t size, int cls, int slot) noexcept
     cdef int c_free(self, size_t offset) except -1
+    cdef Py_ssize_t c_lowest_fit(self, size_t size) noexcept
     cdef int _slot(self, sid) except -1
     cdef void _bind(self, int idx, int slot) noexcept
     cdef inline void _sync(self, int slot) noexcept

@@ -18,11 +18,15 @@ from coop.errors import OutOfMemoryError
 
 EXPENSIVE = 0
 CHEAP = 1
+LOWEST = 2   # placement: first fit from the arena's low end (where constants go)
 NO_STORAGE = -1
 POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
 
 cdef enum:
     P_COOP, P_DTR, P_DTE, P_LRU, P_SIZE, P_NONE
+
+cdef enum:
+    PLACE_LOWEST = 2   # == LOWEST
 
 cdef size_t IDEAL_SPACE = (<size_t>1) << 62   # address space of an ideal arena
 cdef dict _POLICY_CODES = {name: code for code, name in enumerate(POLICIES)}
@@ -61,10 +65,11 @@ cdef size_t _size_arg(value, str what) except? 0:
 
 cdef int _class_arg(value) except -1:
     if isinstance(value, bool) or isinstance(value, float):
-        raise TypeError(f"class must be coop.EXPENSIVE or coop.CHEAP, got {value!r}")
+        raise TypeError(f"class must be coop.EXPENSIVE, coop.CHEAP or coop.LOWEST, got {value!r}")
     cdef Py_ssize_t cls = _index(value)
-    if cls != EXPENSIVE and cls != CHEAP:
-        raise ValueError(f"class must be coop.EXPENSIVE (0) or coop.CHEAP (1), got {cls}")
+    if cls != EXPENSIVE and cls != CHEAP and cls != LOWEST:
+        raise ValueError(f"class must be coop.EXPENSIVE (0), coop.CHEAP (1) or coop.LOWEST (2), "
+                         f"got {cls}")
     return cls
 
 
@@ -155,7 +160,14 @@ cdef class Arena:
         cdef cset[SizeOffset].iterator it = self.free_index.lower_bound(SizeOffset(size, 0))
         if it == self.free_index.end():
             return -1
-        cdef int idx = self.by_offset[deref_offset(it)]
+        cdef int idx
+        if cls == PLACE_LOWEST:
+            # first fit from the arena's low end (address order), at its low end
+            idx = self.first
+            while not (self.pieces_[idx].free and self.pieces_[idx].size >= size):
+                idx = self.pieces_[idx].next
+        else:
+            idx = self.by_offset[deref_offset(it)]
         cdef Piece* p = &self.pieces_[idx]
         cdef int rest
         cdef int used = idx
@@ -189,6 +201,17 @@ cdef class Arena:
         if slot >= 0:
             self._bind(used, slot)
         return <Py_ssize_t>p.offset
+
+    cdef Py_ssize_t c_lowest_fit(self, size_t size) noexcept:
+        """Offset of the lowest free piece that holds size (rounded), or -1."""
+        if self.ideal and self.used_bytes + size > self.capacity:
+            return -1
+        cdef int idx = self.first
+        while idx >= 0:
+            if self.pieces_[idx].free and self.pieces_[idx].size >= size:
+                return <Py_ssize_t>self.pieces_[idx].offset
+            idx = self.pieces_[idx].next
+        return -1
 
     cdef int c_free(self, size_t offset) except -1:
         cdef unordered_map[size_t, int].iterator it = self.by_offset.find(offset)
@@ -518,6 +541,10 @@ cdef class Arena:
         cdef size_t size = self._checked_request(nbytes)
         cdef int slot = self._unbound_slot(storage)
         return self.c_allocate(size, _class_arg(cls), slot)
+
+    def lowest_fit(self, nbytes):
+        """The offset an allocation of nbytes with class LOWEST would take now, or -1."""
+        return self.c_lowest_fit(self._checked_request(nbytes))
 
     def free(self, offset):
         """Free the used piece at offset; a storage bound to it becomes evicted."""

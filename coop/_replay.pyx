@@ -14,7 +14,7 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from coop._core cimport Arena, Evictor, policy_code
 
-from coop._core import CHEAP, EXPENSIVE
+from coop._core import CHEAP, EXPENSIVE, LOWEST
 from coop.errors import OutOfMemoryError
 
 # record kinds
@@ -134,7 +134,7 @@ cdef class Replayer(Evictor):
     cdef readonly double clock
     cdef readonly double cost_total
     cdef readonly double cost_first
-    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases
+    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, moves
     cdef readonly long long records
     cdef readonly int64_t const_bytes, bound_bytes
 
@@ -204,7 +204,7 @@ cdef class Replayer(Evictor):
     cdef int _constant(self, int v) except -1:
         cdef vector[int] none
         self._new_storage(v, -1, 0, 0.0, none, False)
-        self._place(v, EXPENSIVE)
+        self._place(v, LOWEST)
         self.const_bytes += self.arena.request_size(self.size[v])
         self.users[v] = 1
         return 0
@@ -231,7 +231,7 @@ cdef class Replayer(Evictor):
         its producer's record may die, and what only it kept alive."""
         cdef int o = self.producer[v]
         cdef int pins
-        cdef Py_ssize_t off
+        cdef Py_ssize_t off, moved
         cdef vector[int] none
         cdef vector[int] uniq
         cdef int u
@@ -246,7 +246,16 @@ cdef class Replayer(Evictor):
         self.slot[v] = -1
         self._register(v, 0.0, none, False)
         self.offset[v] = -1
-        self._bind(v, off)
+        # a constant belongs with the constants: moved to the lowest range that holds it, if
+        # that is below where its kernel put it (a copy; never evicts to make room)
+        moved = self.arena.c_lowest_fit(self.arena.request_size(self.size[v]))
+        if 0 <= moved < off:
+            self.arena.c_allocate(self.arena.request_size(self.size[v]), LOWEST, self.slot[v])
+            self.offset[v] = moved
+            self.arena.c_free(off)
+            self.moves += 1
+        else:
+            self._bind(v, off)
         self.arena.c_pin(self.slot[v], pins)
         self.const_bytes += self.arena.request_size(self.size[v])
         self.op_out[o][self.index[v]] = -1
@@ -364,7 +373,7 @@ cdef class Replayer(Evictor):
                 if self.producer[s] < 0 or not self.inplace:
                     # nothing can recompute the old value (or the ablation copies): a copy;
                     # a constant's copy is unevictable and goes with the constants
-                    self._place(w, EXPENSIVE if self.producer[s] < 0 else cls)
+                    self._place(w, LOWEST if self.producer[s] < 0 else cls)
                     self.arena.c_touch(self.slot[w], self.clock)
                     if self.producer[s] < 0:
                         self.const_bytes += self.arena.request_size(self.size[w])
@@ -737,7 +746,7 @@ cdef class Replayer(Evictor):
 
     def counters(self):
         return dict(ops=self.ops, recomputes=self.recomputes, cost_first=self.cost_first,
-                    cost_total=self.cost_total, eager_evictions=self.eager_evictions, demotions=self.demotions,
+                    cost_total=self.cost_total, eager_evictions=self.eager_evictions, demotions=self.demotions, moves=self.moves,
                     releases=self.releases, records=self.records, clock=self.clock,
                     bound_bytes=self.bound_bytes)
 

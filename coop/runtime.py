@@ -13,7 +13,7 @@ import weakref
 
 import numpy
 
-from coop._core import CHEAP, EXPENSIVE
+from coop._core import CHEAP, EXPENSIVE, LOWEST
 from coop.arrays import build_view, flat_bytes, host_copy, view_of
 from coop.kernel import DEVICES, DeviceSpec, as_kernel
 from coop.residency import Residency, _unique
@@ -135,11 +135,12 @@ class Runtime(Residency):
             storage.nbytes = _nbytes((shape, dtype))
             view = View(storage, shape, dtype, None, 0)
             self.arena.add_storage(storage.sid, 0.0, (), evictable=False)
-            self._sim_place(storage, EXPENSIVE)
+            self._sim_place(storage, LOWEST)
         else:
             with self.backend:
-                self.backend.cls = EXPENSIVE
+                self.backend.cls = LOWEST     # constants go first fit from the low end
                 array = self.xp.array(data, dtype=dtype, copy=True)
+                self.backend.cls = EXPENSIVE
             storage = self._new_storage(None, 0)
             view = self._adopt_new(storage, array, self._root(array))
             self.arena.add_storage(storage.sid, 0.0, (), evictable=False)
@@ -169,12 +170,32 @@ class Runtime(Residency):
             s.op, s.index = None, 0
             self.arena.remove_storage(s.sid)
             self.arena.add_storage(s.sid, 0.0, (), evictable=False)
-            self.arena.bind(info["offset"], s.sid)
+            self._settle(s, info["offset"])
             for _ in range(info["pins"]):
                 self.arena.pin(s.sid)
             if self.trace is not None:
                 self.trace.materialize(s)
             del op
+
+    def _settle(self, storage, offset):
+        """Bind a new constant at offset, or move it (a copy) to the lowest free range that
+        holds it when that lies below offset: constants belong together at the low end. Never
+        evicts to make room."""
+        target = self.arena.lowest_fit(storage.nbytes)
+        if not 0 <= target < offset:
+            self.arena.bind(offset, storage.sid)
+            return
+        if self.xp is None:
+            storage.array = self.arena.allocate(storage.nbytes, LOWEST)
+            self.arena.bind(storage.array, storage.sid)
+            self.arena.free(offset)
+            return
+        with self.backend:
+            self.backend.cls = LOWEST
+            moved = flat_bytes(self.xp.array(storage.array, copy=True))
+            self.backend.cls = EXPENSIVE
+        self.arena.bind(self.backend.offset_of(moved), storage.sid)
+        storage.array = moved      # the old memory, anonymous now, is freed with its array
 
     # ---- apply --------------------------------------------------------------------------------
 
@@ -383,9 +404,9 @@ class Runtime(Residency):
             if s.op is None or not self.inplace:
                 # nothing can recompute the old value (or the ablation copies): keep a copy,
                 # taken before the kernel overwrites S. A constant's copy is unevictable: it
-                # goes with the constants (EXPENSIVE, the low end), not among cheap tensors
-                # whose windows it would split.
-                self._copy_into(v, s, EXPENSIVE if s.op is None else op.cls)
+                # goes with the constants (LOWEST: first fit from the low end), not among the
+                # tensors whose windows it would split.
+                self._copy_into(v, s, LOWEST if s.op is None else op.cls)
         elapsed = 0
         if self.xp is not None:
             # the first run mutates S itself; only a recompute reads V (into a fresh copy).
@@ -450,7 +471,7 @@ class Runtime(Residency):
             self._sim_place(dst, cls)
         else:
             with self.backend:
-                self.backend.cls = cls if self.partition else EXPENSIVE
+                self.backend.cls = self._placement(cls)
                 dst.array = flat_bytes(self.xp.array(src.array, copy=True))
                 self.backend.cls = EXPENSIVE
             self.arena.bind(self.backend.offset_of(dst.array), dst.sid)
@@ -486,9 +507,14 @@ class Runtime(Residency):
             self._unpin_quietly(placed)
         return self._record(op, views)
 
+    def _placement(self, cls):
+        """The arena class of an allocation of class cls: LOWEST (constants) as it is; CHEAP
+        and EXPENSIVE when the policy partitions, else all EXPENSIVE."""
+        return cls if cls == LOWEST or self.partition else EXPENSIVE
+
     def _sim_place(self, storage, cls):
         storage.array = self.arena.allocate_or_evict(
-            storage.nbytes, cls if self.partition else EXPENSIVE, self.backend.policy,
+            storage.nbytes, self._placement(cls), self.backend.policy,
             self.clock, self._evict, storage=storage.sid)
 
     # ---- arrays -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from coop.errors import OutOfMemoryError
 
 EXPENSIVE = 0
 CHEAP = 1
+LOWEST = 2
 NO_STORAGE = -1
 POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
 
@@ -144,8 +145,8 @@ class ReferenceArena:
     @staticmethod
     def _cls(cls):
         cls = _integer(cls, "class")
-        if cls not in (EXPENSIVE, CHEAP):
-            raise ValueError(f"class must be EXPENSIVE or CHEAP, got {cls}")
+        if cls not in (EXPENSIVE, CHEAP, LOWEST):
+            raise ValueError(f"class must be EXPENSIVE, CHEAP or LOWEST, got {cls}")
         return cls
 
     def _oom(self, request):
@@ -165,11 +166,12 @@ class ReferenceArena:
                 if p[FREE] and p[SIZE] >= size]
         if not fits:
             return -1
-        _, offset, i = min(fits)
+        # best fit; LOWEST: first fit in address order (the pieces' list order)
+        _, offset, i = min(fits, key=lambda f: f[1]) if cls == LOWEST else min(fits)
         piece = self._pieces[i]
         if piece[SIZE] == size:
             used = piece
-        elif cls == EXPENSIVE:
+        elif cls in (EXPENSIVE, LOWEST):
             used = [offset, size, None, False]
             piece[OFFSET] += size
             piece[SIZE] -= size
@@ -294,6 +296,12 @@ class ReferenceArena:
         size = self._request(nbytes)
         sid = self._unbound(storage)
         return self._place(size, self._cls(cls), sid)
+
+    def lowest_fit(self, nbytes):
+        size = self._request(nbytes)
+        if self.ideal and self.used_bytes + size > self.capacity:
+            return -1
+        return next((p[OFFSET] for p in self._pieces if p[FREE] and p[SIZE] >= size), -1)
 
     def free(self, offset):
         offset = _nonnegative(offset, "offset")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import coop
-from coop import CHEAP, EXPENSIVE, NO_STORAGE, POLICIES, OutOfMemoryError
+from coop import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, OutOfMemoryError
 from reference_arena import ReferenceArena
 
 COUNTERS = ("capacity", "used_bytes", "peak_used_bytes", "free_bytes", "largest_free", "pieces",
@@ -118,7 +118,7 @@ class ArenaComparison(RuleBasedStateMachine):
     def add_storage(self, data, cost, evictable):
         self.register(data, cost, evictable)
 
-    @rule(data=st.data(), outputs=st.integers(1, 3), cls=st.sampled_from([EXPENSIVE, CHEAP]),
+    @rule(data=st.data(), outputs=st.integers(1, 3), cls=st.sampled_from([EXPENSIVE, CHEAP, LOWEST]),
           policy=st.sampled_from(POLICIES))
     def compute(self, data, outputs, cls, policy):
         """What the runtime does for an op's outputs: register, touch, place each (evicting)."""
@@ -160,10 +160,14 @@ class ArenaComparison(RuleBasedStateMachine):
 
     # ---- pieces ---------------------------------------------------------------------------------
 
-    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP]))
+    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP, LOWEST]))
     def allocate(self, data, cls):
         kind, _ = self.both("allocate", self.request(data), cls, self.storage(data))
         assert kind == "ok"
+
+    @rule(data=st.data())
+    def lowest_fit(self, data):
+        self.both("lowest_fit", self.request(data))
 
     @precondition(lambda self: self.used_offsets())
     @rule(data=st.data())
@@ -188,7 +192,7 @@ class ArenaComparison(RuleBasedStateMachine):
         else:
             assert self.both("choose_victims", *args)[0] == "ok"
 
-    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP]), policy=st.sampled_from(POLICIES),
+    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP, LOWEST]), policy=st.sampled_from(POLICIES),
           owner=st.sampled_from(["frees"] * 6 + ["leaves", "pins", "unevictable"]))
     def allocate_or_evict(self, data, cls, policy, owner):
         self.evict_and_compare(self.request(data), cls, policy, self.now(data), self.storage(data),

@@ -395,7 +395,35 @@ def test_dte_in_an_ideal_arena_counts_no_neighbours(Arena):
     assert real.choose_victims(64, "dte", 0) == [1]
 
 
-@pytest.mark.parametrize("cls, error", [(2, ValueError), (-1, ValueError), (1.0, TypeError),
+def test_lowest_takes_the_first_fit_from_the_low_end(Arena):
+    """LOWEST (where constants go) takes the lowest free range that holds the request, at its
+    low end, where best fit takes the smallest; lowest_fit says where, changing nothing."""
+    arena = Arena(1024)
+    _, b, _, d = (arena.allocate(n) for n in (64, 256, 64, 128))   # 0, 64, 320, 384
+    arena.free(b)
+    arena.free(d)                        # free: [64, 320) of 256 and [384, 1024) of 640
+    assert arena.lowest_fit(128) == 64 and arena.lowest_fit(512) == 384
+    assert arena.lowest_fit(1024) == -1
+    assert arena.pieces() == [(0, 64, False, -1), (64, 256, True, -1), (320, 64, False, -1),
+                              (384, 640, True, -1)]
+    arena.check()
+
+
+def test_lowest_placement_differs_from_best_fit(Arena):
+    arena = Arena(1024)
+    _, b, _ = (arena.allocate(n) for n in (64, 256, 64))               # 0, 64, 320
+    arena.free(b)                        # free: [64, 320) of 256 and [384, 1024) of 640
+    assert arena.allocate(192, coop.EXPENSIVE) == 64                   # best fit: the 256 hole
+    arena.free(64)
+    assert arena.allocate(128, coop.CHEAP) == 192                      # its high end
+    arena.free(192)
+    assert arena.allocate(320, coop.LOWEST) == 384                     # 256 too small: next
+    assert arena.allocate(64, coop.LOWEST) == 64                       # lowest hole, low end
+    assert arena.lowest_fit(64) == 128
+    arena.check()
+
+
+@pytest.mark.parametrize("cls, error", [(3, ValueError), (-1, ValueError), (1.0, TypeError),
                                         (True, TypeError), ("cheap", TypeError)])
 def test_a_bad_class_is_refused_and_changes_nothing(Arena, cls, error):
     arena = Arena(512)
