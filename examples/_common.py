@@ -1,4 +1,7 @@
 """What the training examples share: backend choice, runtime, budget ratios, the run's plot."""
+import os
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -29,13 +32,25 @@ def make_runtime(budget, policy, backend, cost):
     return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost=cost)
 
 
-def resolve_budget(text, probe):
-    """(bytes, unlimited peak or None): "0.5x" runs probe() -> the unlimited peak first."""
-    text = str(text).strip()
+def start(script, args, argv):
+    """Fill in the backend and print the command line (the run's first output line)."""
+    args.backend = args.backend or default_backend()
+    print("command:", " ".join([script, *(sys.argv[1:] if argv is None else argv)]))
+
+
+def resolve_budget(args, probe):
+    """(bytes, unlimited peak or None), printed: "0.5x" runs probe() -> the unlimited peak
+    first; anything else is bytes or a size."""
+    text = str(args.budget).strip()
     if text.lower().endswith("x"):
         peak = probe()
-        return max(1, int(float(text[:-1]) * peak)), peak
-    return parse_budget(int(text) if text.isdigit() else text), None
+        budget = max(1, int(float(text[:-1]) * peak))
+        print(f"unlimited probe ({args.probe_steps} steps): peak arena use {peak / MB:.2f} MiB "
+              f"-> budget {args.budget} = {budget:,} bytes ({budget / MB:.2f} MiB)")
+        return budget, peak
+    budget = parse_budget(int(text) if text.isdigit() else text)
+    print(f"budget {budget:,} bytes ({budget / MB:.2f} MiB)")
+    return budget, None
 
 
 def add_run_options(p, budget, steps, budget_example, out):
@@ -95,8 +110,9 @@ def print_summary(model_rows, budget, peak, stats, train_time, total_time):
         print(f"  {k:<{width}}  {v:>12}")
 
 
-def plot_run(run, budget, path, title, lines):
-    """Loss curve (with reference lines: (value, label, style)) over arena use, to a PNG."""
+def plot_run(run, budget, out, name, title, lines):
+    """Loss curve (with reference lines: (value, label, style)) over arena use, to the PNG
+    out/name; prints and returns its path."""
     fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     steps = np.arange(len(run["losses"]))
     a.plot(steps, run["losses"], lw=1, label="train loss")
@@ -112,5 +128,9 @@ def plot_run(run, budget, path, title, lines):
     b.set_ylabel("MiB")
     b.legend()
     fig.tight_layout()
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, name)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    print(f"saved {path}")
+    return path

@@ -44,8 +44,8 @@ import numpy as np  # noqa: E402
 from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
-from _common import (MB, add_run_options, default_backend, make_runtime,  # noqa: E402
-                     plot_run, print_summary, resolve_budget, run_training)
+from _common import (MB, add_run_options, make_runtime, plot_run,  # noqa: E402
+                     print_summary, resolve_budget, run_training, start)
 
 
 def load_digits(test_fraction, seed):
@@ -110,21 +110,14 @@ def parser():
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    args.backend = args.backend or default_backend()
-    print("command:", " ".join(["examples/train_cnn.py",
-                                *(sys.argv[1:] if argv is None else argv)]))
+    start("examples/train_cnn.py", args, argv)
     data = load_digits(args.test_fraction, args.seed)
     print(f"data: scikit-learn digits, {len(data[1])} train / {len(data[3])} test images (8x8)")
 
-    start = time.perf_counter()
-    budget, peak = resolve_budget(args.budget, lambda: train(
+    begin = time.perf_counter()
+    budget, peak = resolve_budget(args, lambda: train(
         args, data, args.probe_budget, args.probe_steps, progress=False,
         log=None)["rt"].stats()["arena_peak_used_bytes"])
-    if peak is not None:
-        print(f"unlimited probe ({args.probe_steps} steps): peak arena use {peak / MB:.2f} MiB "
-              f"-> budget {args.budget} = {budget:,} bytes ({budget / MB:.2f} MiB)")
-    else:
-        print(f"budget {budget:,} bytes ({budget / MB:.2f} MiB)")
     print(f"model: ResNet stem=small layers={args.layers} width={args.width} batch={args.batch}; "
           f"policy {args.policy}, backend {args.backend}, cost {args.cost}")
 
@@ -140,14 +133,11 @@ def main(argv=None):
                    ("initial train loss", f"{run['losses'][0]:.4f}"),
                    ("final train loss (mean of last 10)", f"{np.mean(run['losses'][-10:]):.4f}"),
                    ("test accuracy", f"{acc:.4f}")],
-                  budget, peak, stats, train_time, time.perf_counter() - start)
+                  budget, peak, stats, train_time, time.perf_counter() - begin)
 
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "train_cnn.png")
     lines = [(np.log(10), "chance (ln 10)", "--")]
-    plot_run(run, budget, path, f"ResNet on digits, {args.policy} at {budget / MB:.2f} MiB, "
-             f"test accuracy {acc:.3f}", lines)
-    print(f"saved {path}")
+    plot_run(run, budget, args.out, "train_cnn.png", f"ResNet on digits, {args.policy} at "
+             f"{budget / MB:.2f} MiB, test accuracy {acc:.3f}", lines)
     return run
 
 

@@ -51,8 +51,8 @@ import numpy as np  # noqa: E402
 from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
-from _common import (MB, add_run_options, default_backend, make_runtime,  # noqa: E402
-                     plot_run, print_summary, resolve_budget, run_training)
+from _common import (MB, add_run_options, make_runtime, plot_run,  # noqa: E402
+                     print_summary, resolve_budget, run_training, start)
 
 
 # Pure-Python standard-library modules present in every CPython >= 3.11 build, sorted.
@@ -199,9 +199,7 @@ def parser():
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    args.backend = args.backend or default_backend()
-    print("command:", " ".join(["examples/train_gpt.py",
-                                *(sys.argv[1:] if argv is None else argv)]))
+    start("examples/train_gpt.py", args, argv)
     text, used_modules = build_corpus()
     data = CharData(text, args.val_fraction)
     print(f"corpus: docstrings of {len(used_modules)} standard-library modules of Python "
@@ -211,13 +209,8 @@ def main(argv=None):
     print(f"vocab {data.vocab} (ln vocab = {math.log(data.vocab):.3f}), unigram entropy "
           f"{unigram:.3f} nats; train {len(data.train):,} / held-out {len(data.val):,} chars")
 
-    start = time.perf_counter()
-    budget, peak = resolve_budget(args.budget, lambda: probe_peak(args, data))
-    if peak is not None:
-        print(f"unlimited probe ({args.probe_steps} steps): peak arena use {peak / MB:.2f} MiB "
-              f"-> budget {args.budget} = {budget:,} bytes ({budget / MB:.2f} MiB)")
-    else:
-        print(f"budget {budget:,} bytes ({budget / MB:.2f} MiB)")
+    begin = time.perf_counter()
+    budget, peak = resolve_budget(args, lambda: probe_peak(args, data))
     print(f"model: GPT layers={args.layers} heads={args.heads} d_model={args.d_model} "
           f"block={args.block} batch={args.batch}; policy {args.policy}, backend {args.backend}, "
           f"cost {args.cost}")
@@ -237,16 +230,13 @@ def main(argv=None):
                    ("held-out loss", f"{val_loss:.4f}"),
                    ("unigram entropy", f"{unigram:.4f}"),
                    ("ln(vocab)", f"{math.log(data.vocab):.4f}")],
-                  budget, peak, stats, train_time, time.perf_counter() - start)
+                  budget, peak, stats, train_time, time.perf_counter() - begin)
 
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "train_gpt.png")
     lines = [(v, label, style) for v, label, style in (
         (run.get("unigram"), "unigram entropy", "--"),
         (run.get("val_loss"), "held-out loss (end)", ":")) if v is not None]
-    plot_run(run, budget, path, f"char GPT on stdlib docstrings, {args.policy} at "
-             f"{budget / MB:.2f} MiB", lines)
-    print(f"saved {path}")
+    plot_run(run, budget, args.out, "train_gpt.png", f"char GPT on stdlib docstrings, "
+             f"{args.policy} at {budget / MB:.2f} MiB", lines)
     return run
 
 
