@@ -230,43 +230,21 @@ cdef class Replayer(Evictor):
         """Runtime.materialize: v becomes a constant (resident, unevictable, no producer);
         its producer's record may die, and what only it kept alive."""
         cdef int o = self.producer[v]
-        cdef int pins
-        cdef Py_ssize_t off, moved
         cdef vector[int] none
-        cdef vector[int] uniq
-        cdef int u
         if o < 0:
             return 0
         self._pin1(v)
         self._make_resident1(v)
         self._unpin1(v, True)
-        off = self.offset[v]
-        pins = self.arena.storages[self.slot[v]].pins
-        self.arena.c_remove_storage(self.slot[v])
-        self.slot[v] = -1
-        self._register(v, 0.0, none, False)
-        self.offset[v] = -1
-        # a constant belongs with the constants: moved to the lowest range that holds it, if
-        # that is below where its kernel put it (a copy; never evicts to make room)
-        moved = self.arena.c_lowest_fit(self.arena.request_size(self.size[v]))
-        if 0 <= moved < off:
-            self.arena.c_allocate(self.arena.request_size(self.size[v]), LOWEST, self.slot[v])
-            self.offset[v] = moved
-            self.arena.c_free(off)
-            self.moves += 1
-        else:
-            self._bind(v, off)
-        self.arena.c_pin(self.slot[v], pins)
-        self.const_bytes += self.arena.request_size(self.size[v])
+        # the producer's record goes first (what it alone kept alive is freed), then v settles
         self.op_out[o][self.index[v]] = -1
         self.producer[v] = -1
         self.index[v] = 0
-        self.live_out[o] -= 1
-        if self.live_out[o] == 0:
-            _unique_into(self.op_in[o], uniq)
-            for u in uniq:
-                self.readers[u] -= 1
-                self._maybe_die(u)
+        self.work.clear()
+        self._lose_output(o)
+        self._collect()
+        self._reregister(v, 0.0, none, False, True)
+        self.const_bytes += self.arena.request_size(self.size[v])
         return 0
 
     cdef int _apply(self, int o, bint mutate) except -1:
@@ -349,10 +327,8 @@ cdef class Replayer(Evictor):
         old value becomes a new storage V with S's old producer, readers of S are redirected to
         V, and the op becomes S's producer."""
         cdef Program p = self.prog
-        cdef int k, m, s, w, c, c_slot, pins, j
+        cdef int k, m, s, w, c, j
         cdef int cls = self._placement(o)
-        cdef bint evictable
-        cdef Py_ssize_t off
         cdef vector[int] created      # V per mutated input, -1 if none
         cdef vector[int] neighbours
         cdef vector[int] live_readers
@@ -400,20 +376,13 @@ cdef class Replayer(Evictor):
                 _replace(self.op_in[o], s, w)
             self.op_out[o].push_back(s)
             if self.producer[s] >= 0:
-                # re-register S with its new producer's neighbours, keeping pins and flags
-                off = self.offset[s]
-                pins = self.arena.storages[self.slot[s]].pins
-                evictable = self.arena.storages[self.slot[s]].evictable
-                self.arena.c_remove_storage(self.slot[s])
+                # S's producer is now o: its neighbours are o's inputs (V among them)
                 neighbours.clear()
                 for c in self.op_in[o]:
                     if c != s:
                         neighbours.push_back(c)
-                self.slot[s] = -1
-                self._register(s, p.cost[o], neighbours, evictable)
-                self.offset[s] = -1
-                self._bind(s, off)
-                self.arena.c_pin(self.slot[s], pins)
+                self._reregister(s, p.cost[o], neighbours,
+                                 self.arena.storages[self.slot[s]].evictable, False)
                 # S leaves its old producer's outputs (V took its place there)
                 self.producer[s] = o
                 self.index[s] = j
@@ -619,10 +588,25 @@ cdef class Replayer(Evictor):
     cdef void _maybe_die(self, int v) noexcept:
         """Free v's record if nothing refers to it (the program, or a live op reading it), and
         the ops and storages that only it kept alive (the runtime's reference counting)."""
-        cdef int s, o, u
-        cdef vector[int] uniq
         self.work.clear()
         self.work.push_back(v)
+        self._collect()
+
+    cdef void _lose_output(self, int o) noexcept:
+        """o lost a live output; with none left its record dies, and its inputs each lose a
+        reader (put on the work list, to be collected)."""
+        cdef vector[int] uniq
+        cdef int u
+        self.live_out[o] -= 1
+        if self.live_out[o] == 0:
+            _unique_into(self.op_in[o], uniq)
+            for u in uniq:
+                self.readers[u] -= 1
+                self.work.push_back(u)
+
+    cdef void _collect(self) noexcept:
+        """Free the records on the work list that nothing refers to any more, transitively."""
+        cdef int s
         while not self.work.empty():
             s = self.work.back()
             self.work.pop_back()
@@ -637,14 +621,8 @@ cdef class Replayer(Evictor):
                 self.offset[s] = -1
                 if self.producer[s] < 0:
                     self.const_bytes -= self.arena.request_size(self.size[s])
-            o = self.producer[s]
-            if o >= 0:
-                self.live_out[o] -= 1
-                if self.live_out[o] == 0:
-                    _unique_into(self.op_in[o], uniq)
-                    for u in uniq:
-                        self.readers[u] -= 1
-                        self.work.push_back(u)
+            if self.producer[s] >= 0:
+                self._lose_output(self.producer[s])
 
     # ---- memory -----------------------------------------------------------------------------
 
@@ -675,6 +653,29 @@ cdef class Replayer(Evictor):
         self.producer[v] = o
         self.index[v] = index
         self._register(v, cost, neighbours, evictable)
+        return 0
+
+    cdef int _reregister(self, int v, double cost, vector[int]& neighbours, bint evictable,
+                         bint settle) except -1:
+        """Register resident v anew (a new producer, or none: a constant), keeping its memory
+        and pins; settling a new constant, move it (a copy) to the lowest free range that
+        holds it when that lies below (never evicting for it), as Runtime._settle."""
+        cdef Py_ssize_t off = self.offset[v], lowest
+        cdef size_t size = self.arena.request_size(self.size[v])
+        cdef int pins = self.arena.storages[self.slot[v]].pins
+        self.arena.c_remove_storage(self.slot[v])
+        self.slot[v] = -1
+        self._register(v, cost, neighbours, evictable)
+        lowest = self.arena.c_lowest_fit(size) if settle else -1
+        if 0 <= lowest < off:
+            self.arena.c_allocate(size, LOWEST, self.slot[v])
+            self.offset[v] = lowest
+            self.arena.c_free(off)
+            self.moves += 1
+        else:
+            self.offset[v] = -1
+            self._bind(v, off)
+        self.arena.c_pin(self.slot[v], pins)
         return 0
 
     cdef int _register(self, int v, double cost, vector[int]& neighbours, bint evictable) except -1:

@@ -164,18 +164,26 @@ class Runtime(Residency):
         finally:
             self._unpin(storages)
         for s in storages:
-            info = self.arena.storage_info(s.sid)
-            op, index = s.op, s.index
-            op.outputs[index] = None
+            # the producer's record goes first (what it alone kept alive is freed), then s
+            # settles among the constants
+            s.op.outputs[s.index] = None
             s.op, s.index = None, 0
-            self.arena.remove_storage(s.sid)
-            self.arena.add_storage(s.sid, 0.0, (), evictable=False)
-            self._settle(s, info["offset"])
-            for _ in range(info["pins"]):
-                self.arena.pin(s.sid)
+            self._reregister(s, 0.0, (), False, settle=True)
             if self.trace is not None:
                 self.trace.materialize(s)
-            del op
+
+    def _reregister(self, storage, cost, neighbours, evictable, settle=False):
+        """Register a resident storage anew (a new producer, or none: a constant), keeping its
+        memory (or, settling a new constant, moving it lower) and its pins."""
+        info = self.arena.storage_info(storage.sid)
+        self.arena.remove_storage(storage.sid)
+        self.arena.add_storage(storage.sid, cost, neighbours, evictable=evictable)
+        if settle:
+            self._settle(storage, info["offset"])
+        else:
+            self.arena.bind(info["offset"], storage.sid)
+        for _ in range(info["pins"]):
+            self.arena.pin(storage.sid)
 
     def _settle(self, storage, offset):
         """Bind a new constant at offset, or move it (a copy) to the lowest free range that
@@ -425,19 +433,11 @@ class Runtime(Residency):
                 v.consumers.add(c)
             s.consumers = weakref.WeakSet()
             op.inputs = [u.on(v) if u.storage is s else u for u in op.inputs]
-        info = self.arena.storage_info(s.sid)
         op.outputs.append((weakref.ref(s), View(None, (s.nbytes,), numpy.uint8, (1,), 0)))
         if s.op is not None:
-            # re-register S with its new producer's neighbours (keeping pins and flags)
-            offset = info["offset"]
-            self.arena.remove_storage(s.sid)
-            self.arena.add_storage(s.sid, op.cost if s.op is not None else 0.0,
-                                   _neighbours(u for u in op.inputs if u.storage is not s),
-                                   evictable=info["evictable"])
-            self.arena.bind(offset, s.sid)
-            for _ in range(info["pins"]):
-                self.arena.pin(s.sid)
-        if s.op is not None:
+            # S's producer is now op: its neighbours are op's inputs (V among them)
+            self._reregister(s, op.cost, _neighbours(u for u in op.inputs if u.storage is not s),
+                             self.arena.storage_info(s.sid)["evictable"])
             s.op, s.index = op, 0
         for u in op.inputs:
             u.storage.consumers.add(op)

@@ -82,15 +82,8 @@ _FIELDS = {   # op -> required fields and their types
 
 def read_records(path):
     """Yield (line number, record) from a coop trace, each checked against the format."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-            yield lineno, check_record(record, f"{path}:{lineno}")
+    for lineno, record in _json_lines(path):
+        yield lineno, check_record(record, f"{path}:{lineno}")
 
 
 def check_record(record, where):
@@ -154,9 +147,14 @@ def import_dtr(path):
         return f"{path}:{lineno}"
 
     def bind(name, sid):
-        drop(name)
+        """name now refers to storage sid; returns the release of its old value, if that
+        was the old value's last name."""
+        if names.get(name) == sid:
+            return None
+        release = drop(name)
         names[name] = sid
         refs[sid] = refs.get(sid, 0) + 1
+        return release
 
     def drop(name):
         sid = names.pop(name, None)
@@ -197,11 +195,10 @@ def import_dtr(path):
         if instr == "CONSTANT":
             name = field(rec, "NAME", lineno, instr)
             size = memory(*_next(lines, path, lineno), name)
-            release = drop(name)
+            sid, next_id = next_id, next_id + 1
+            release = bind(name, sid)
             if release:
                 yield lineno, release
-            sid, next_id = next_id, next_id + 1
-            bind(name, sid)
             yield lineno, {"op": "constant", "id": sid, "size": size}
         elif instr == "CALL":
             results = field(rec, "RESULT", lineno, instr)
@@ -228,9 +225,7 @@ def import_dtr(path):
             yield lineno, {"op": "call", "name": name, "inputs": inputs, "outputs": outputs,
                            "cost": _time(rec, lineno, path), "cls": dtr_class(name)}
             for out_name, sid in bound:
-                release = drop(out_name)
-                names[out_name] = sid
-                refs[sid] = refs.get(sid, 0) + 1
+                release = bind(out_name, sid)
                 if release:
                     yield lineno, release
         elif instr == "MUTATE":
@@ -246,9 +241,7 @@ def import_dtr(path):
             if instr == "COPY" and dst in names:
                 raise TraceError(f"{where(lineno)}: COPY to {dst!r}, which already names a "
                                  "value (COPY_FROM reassigns)")
-            release = drop(dst)
-            names[dst] = src
-            refs[src] = refs.get(src, 0) + 1
+            release = bind(dst, src)
             yield lineno, {"op": "access", "id": src}
             if release:
                 yield lineno, release
