@@ -9,7 +9,7 @@ dtr, dte) and each budget ratio r in 1.0, 0.5, 0.45, 0.4, ..., 0.3, 0.25, ... (s
 down to `--min-ratio`; always 1.0, 0.5 and 0.3; the sweep stops at the first ratio <= 0.3 where
 every policy fails), a fresh run at int(r * P) bytes.
 
-Reports, per run: the peak arena bytes, wall time, compute overhead (DESIGN.md: op cost
+Reports, per run: the peak arena bytes, wall time, compute overhead (docs/design.md: op cost
 executed incl. recomputes / op cost of the unlimited run), evictions, recomputes, and whether
 the losses and the final parameters are bit-identical to the unlimited run's; "OOM" when the run
 cannot fit. The lowest ratio that completes per policy is printed. A PNG (`--out`) plots

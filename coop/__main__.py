@@ -8,7 +8,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     from coop import bench, replay_cli
     replay_cli.add_arguments(sub.add_parser(
-        "replay", help="replay a trace under a budget and policy; print DESIGN.md's metrics",
+        "replay", help="replay a trace under a budget and policy; print the run's metrics",
         description=replay_cli.__doc__))
     bench.add_arguments(sub.add_parser(
         "bench", help="sweep budgets x policies over the paper's models and traces",

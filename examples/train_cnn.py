@@ -20,10 +20,11 @@ end, the runtime's peak arena use, evictions, recomputes and compute overhead, a
 Measured (2 CPU cores, numpy, the defaults: one stage of 8 basic blocks, width 8, batch 32,
 lr 0.05, 200 steps, budget 0.7x = 2.10 MiB of a 3.00 MiB unlimited peak, policy coop): loss 3.28
 at step 0, 0.19 at the end, test accuracy 0.906 (360 images); peak arena use 2.06 MiB, 4,000
-evictions, 40,400 recomputes, compute overhead 2.26 (above the thrash line of DESIGN.md: each
-3x3 convolution's im2col buffer, 9x its input, and tensordot's copy of it, make one op's working
-set large next to the whole net's activations on 8x8 images, so budgets below ~0.7x of the peak
-fail: a deep, narrow net is the shape that trains below its peak at all); about 1 minute.
+evictions, 40,400 recomputes, compute overhead 2.26 (above the thrash line, 2.0, of
+docs/design.md: each 3x3 convolution's im2col buffer, 9x its input, and tensordot's copy
+of it, make one op's working set large next to the whole net's activations on 8x8 images, so
+budgets below ~0.7x of the peak fail: a deep, narrow net is the shape that trains below its peak
+at all); about 1 minute.
 
 Needs scikit-learn: pip install ".[examples]".
 Run (after `pip install .`): python examples/train_cnn.py [--budget 0.7x] [--policy coop]

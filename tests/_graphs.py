@@ -121,8 +121,8 @@ def random_graph(seed, n_ops=36, n_constants=3):
 
 
 def lower_bound(graph):
-    """DESIGN.md's lower bound in bytes: unevictable bytes (the constants) plus the largest
-    single op's inputs, outputs and temporaries."""
+    """The lower bound in bytes (docs/design.md#lower-bound): unevictable bytes (the
+    constants) plus the largest single op's inputs, outputs and temporaries."""
     return sum(rounded(c.nbytes) for c in graph[0]) + max(op_footprints(graph))
 
 

@@ -1,6 +1,7 @@
-"""Random kernel DAGs (tests/_graphs.py) under every policy at budgets down toward DESIGN.md's
-lower bound: the values must be bit-identical to the unlimited run, the arena consistent after
-every op, and an OutOfMemoryError, where one is a documented finding, clean."""
+"""Random kernel DAGs (tests/_graphs.py) under every policy at budgets down toward the lower
+bound (docs/design.md#lower-bound): the values must be bit-identical to the unlimited run, the
+arena consistent after every op, and an OutOfMemoryError, where one is a documented finding,
+clean."""
 import functools
 
 import numpy as np
@@ -95,7 +96,7 @@ def test_policy_none_never_evicts_and_fails_cleanly_below_the_peak():
     assert_clean_after(rt)
 
 
-# ---- findings: runs that fail above DESIGN.md's lower bound ------------------------------------
+# ---- findings: runs that fail above the lower bound (docs/design.md#lower-bound) --------------
 
 def test_finding_dte_fragments_above_the_lower_bound_where_coop_completes():
     """Seed 2 at 1.35 x the lower bound: DTE, evicting one storage at a time by its score,

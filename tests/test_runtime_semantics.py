@@ -70,7 +70,7 @@ def test_a_view_of_a_view_of_a_released_base_recomputes_the_base_under_pressure(
 
 @pytest.mark.parametrize("policy", ["coop", "coop-no-inplace", "dtr"])
 def test_inplace_design_example(make_rt, policy):
-    """DESIGN.md: x2 = x1 + 1; x3 = x2 - 2; x2.relu_()."""
+    """docs/design.md#the-three-ideas: x2 = x1 + 1; x3 = x2 - 2; x2.relu_()."""
     rt = make_rt(policy=policy)
     x1 = rt.tensor(np.array([-3.0, -1.0, 0.5, 2.0]))
     x2 = rt.apply(ADDC, x1, c=1.0)

@@ -1,0 +1,142 @@
+"""The docs stand alone: every relative Markdown link in README.md and docs/*.md resolves to a
+file of the repository (and, with an anchor, to a heading of it), no file points to the
+DESIGN.md that the repository never had (the design is docs/design.md), and the `coop`
+command's help names no Markdown file that does not exist."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import coop
+
+ROOT = Path(__file__).resolve().parent.parent
+#: where the missing design document must not be cited
+SCANNED = ("README.md", "coop", "docs", "examples", "benchmarks")
+#: text files scanned (generated C++ and compiled files are not)
+TEXT_SUFFIXES = {".py", ".pyx", ".pxd", ".pxi", ".md", ".txt", ".toml", ".cfg", ".ini", ".sh"}
+#: the old name, as cited ("DESIGN.md", "DESIGN's")
+OLD_DESIGN = re.compile(r"\bDESIGN\b(?:\.md)?")
+
+#: KNOWN EXCEPTIONS, to be emptied: files that still cite the missing design document and
+#: that their owners are editing now (each reference goes to docs/design.md, see the issue).
+#: A file listed here that no longer cites it fails the test too: take it off the list.
+DESIGN_MD_REFERENCES_NOT_YET_FIXED = frozenset({
+    "coop/bench.py",
+    "coop/replay.py",
+    "coop/replay_cli.py",
+    "coop/runtime.py",
+})
+
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def _markdown_files():
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [f for f in files if f.is_file()]
+
+
+def _prose(text):
+    """text's lines, those of fenced code blocks blanked (their brackets and #s are code)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            out.append("")
+            continue
+        out.append("" if fenced else line)
+    return out
+
+
+def _slug(heading):
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"`([^`]*)`", r"\1", heading)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"[^\w\- ]", "", text.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path):
+    seen, anchors = {}, set()
+    for line in _prose(path.read_text(encoding="utf-8")):
+        m = HEADING.match(line)
+        if m:
+            slug = _slug(m.group(2))
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def _links(path):
+    for lineno, line in enumerate(_prose(path.read_text(encoding="utf-8")), 1):
+        for m in LINK.finditer(re.sub(r"`[^`]*`", "", line)):   # not in inline code
+            yield lineno, m.group(1)
+
+
+def test_there_are_markdown_files_and_links():
+    files = _markdown_files()
+    assert ROOT / "README.md" in files and ROOT / "docs" / "design.md" in files
+    assert sum(1 for f in files for _ in _links(f)) >= 10
+
+
+@pytest.mark.parametrize("doc", _markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc):
+    broken = []
+    for lineno, target in _links(doc):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):   # http:, https:, mailto: ...
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        where = f"{doc.relative_to(ROOT)}:{lineno}: {target}"
+        if not dest.exists():
+            broken.append(f"{where} (no such file)")
+        elif ROOT not in dest.parents and dest != ROOT:
+            broken.append(f"{where} (outside the repository)")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{where} (no heading with that anchor)")
+    assert not broken, "\n".join(broken)
+
+
+def _citing_files():
+    found = {}
+    for entry in SCANNED:
+        base = ROOT / entry
+        files = [base] if base.is_file() else sorted(base.rglob("*"))
+        for f in files:
+            if f.suffix not in TEXT_SUFFIXES or not f.is_file() or "__pycache__" in f.parts:
+                continue
+            lines = [n for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+                     if OLD_DESIGN.search(line)]
+            if lines:
+                found[f.relative_to(ROOT).as_posix()] = lines
+    return found
+
+
+def test_nothing_cites_the_missing_design_document():
+    found = _citing_files()
+    new = {f: lines for f, lines in found.items() if f not in DESIGN_MD_REFERENCES_NOT_YET_FIXED}
+    assert not new, f"cite docs/design.md instead (file: lines): {new}"
+    fixed = sorted(DESIGN_MD_REFERENCES_NOT_YET_FIXED - set(found))
+    assert not fixed, f"no longer cite it: take {fixed} off DESIGN_MD_REFERENCES_NOT_YET_FIXED"
+
+
+#: subcommand -> the module whose docstring is its help text
+HELP_SOURCES = {"": "coop/__main__.py", "replay": "coop/replay_cli.py", "bench": "coop/bench.py"}
+
+
+@pytest.mark.parametrize("command", list(HELP_SOURCES), ids=lambda c: c or "coop")
+def test_cli_help_names_only_existing_files(command):
+    env = dict(os.environ, PYTHONPATH=str(Path(coop.__file__).parent.parent))
+    argv = [sys.executable, "-m", "coop", *([command] if command else []), "--help"]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+    # a document the user is sent to: a path (docs/x.md) or a capitalised name (README.md);
+    # not the output files `coop bench` writes (tables.md)
+    named = {n for n in re.findall(r"[\w./-]*\w\.md\b", out) if "/" in n or n[:-3].isupper()}
+    if HELP_SOURCES[command] in DESIGN_MD_REFERENCES_NOT_YET_FIXED:
+        named.discard("DESIGN.md")
+    missing = sorted(n for n in named if not (ROOT / n).is_file())
+    assert not missing, f"`coop {command} --help` names {missing}"
