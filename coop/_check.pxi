@@ -115,7 +115,7 @@ cdef _check_storages(Arena a):
             _fail(f"storage {st.sid} is missing from the id index")
         if st.piece >= 0 and (a.pieces_[st.piece].free or a.pieces_[st.piece].storage != slot):
             _fail(f"storage {st.sid} and its piece disagree")
-        if st.piece >= 0 and st.cls != -1:
+        if st.piece >= 0 and st.eq_class != -1:
             _fail(f"resident storage {st.sid} is in an evicted class")
         for n in a.adjacency[slot]:
             if not a.storages[n].live or not _contains(a.adjacency[n], slot):
@@ -131,11 +131,11 @@ cdef _check_storages(Arena a):
         n = 0
         m = a.classes[c].head
         while True:
-            if a.storages[m].cls != c or a.storages[m].piece >= 0 or not a.storages[m].live:
+            if a.storages[m].eq_class != c or a.storages[m].piece >= 0 or not a.storages[m].live:
                 _fail(f"class {c} holds storage {a.storages[m].sid}, which is not evicted in it")
             total += a.storages[m].cost
             n += 1
-            m = a.storages[m].cls_next
+            m = a.storages[m].eq_next
             if m == a.classes[c].head or n > a.classes[c].size:
                 break
         if n != a.classes[c].size:

@@ -17,6 +17,18 @@ cdef struct Piece:
     unsigned char free # free pieces are in free_index; never two adjacent
 
 
+cdef enum Placement:
+    # where an allocation goes (the Python constants EXPENSIVE, CHEAP, LOWEST have these values)
+    PLACE_EXPENSIVE = 0   # best fit, at the low end of the chosen free piece
+    PLACE_CHEAP = 1       # best fit, at its high end
+    PLACE_LOWEST = 2      # first fit in address order, at the low end (constants)
+
+
+cdef enum PolicyCode:
+    # the core's eviction policies, in the order of coop._core.POLICIES
+    P_COOP, P_DTR, P_DTE, P_LRU, P_SIZE, P_NONE
+
+
 cdef enum:
     BLOCK_LEN = 64     # scan entries per block
     W_FREE = 1         # Block.flags: the piece is free
@@ -45,9 +57,9 @@ cdef struct Storage:
     int piece          # bound piece, -1 when not resident
     int pins           # > 0 forbids eviction
     bint evictable     # False: the owner cannot recompute it (or holds it elsewhere)
-    int cls            # class slot while evicted (and ever resident), else -1
-    int cls_next       # circular list of the class's members
-    int cls_prev
+    int eq_class       # DTR equivalence class slot while evicted (and ever resident), else -1
+    int eq_next        # circular list of the class's members
+    int eq_prev
     bint live          # slot in use (else chained in storage_pool)
 
 
@@ -98,6 +110,9 @@ cdef class Arena:
     cdef double search_time             # seconds spent choosing victims
     cdef double frag_sum                # sum over searches of free / capacity
     cdef double largest_ratio_sum       # sum over failures of largest free / free
+    cdef readonly Evictor owner         # evicts for c_request when nothing fits; None: nobody
+    cdef bint logging                   # record c_allocate / c_free into alloc_log
+    cdef vector[int64_t] alloc_log      # [offset, nbytes, offset, -1 (a free), ...] since start_log
 
     cdef int _new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept
     cdef void _drop_piece(self, int idx) noexcept
@@ -105,7 +120,7 @@ cdef class Arena:
     cdef inline void _unindex_free(self, int idx) noexcept
     cdef size_t request_size(self, size_t nbytes) noexcept
     cdef size_t largest_free(self) noexcept
-    cdef Py_ssize_t c_allocate(self, size_t size, int cls, int slot) noexcept
+    cdef Py_ssize_t c_allocate(self, size_t size, int placement, int slot) noexcept
     cdef int c_free(self, size_t offset) except -1
     cdef Py_ssize_t c_lowest_fit(self, size_t size) noexcept
     cdef int _slot(self, sid) except -1
@@ -122,21 +137,38 @@ cdef class Arena:
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
     cdef size_t _checked_request(self, nbytes) except? 0
+    cdef object _too_large(self, size_t nbytes)
     cdef int _unbound_slot(self, storage) except -2
+    cdef int _anonymous_piece(self, size_t offset) except -1
     cdef object _oom(self, size_t size, policy)
-    # C-level API for Cython owners (the trace replayer): storage slots instead of ids
+    # C-level API for Cython owners (the trace replayer, the backends): storage slots instead of
+    # ids; nothing outside this module reads the private fields above
     cdef Py_ssize_t c_allocate_or_evict(self, size_t size, int placement, int code, double now,
                                         int slot, Evictor evictor, object policy) except -2
+    cdef Py_ssize_t c_request(self, size_t nbytes, int placement) except -2
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbours,
                            bint evictable) except -1
     cdef void c_remove_storage(self, int slot) noexcept
+    cdef int c_bind(self, int slot, size_t offset) except -1
     cdef void c_pin(self, int slot, int delta) noexcept
     cdef void c_touch(self, int slot, double now) noexcept
+    cdef void c_set_evictable(self, int slot, bint flag) noexcept
+    cdef double c_cost(self, int slot) noexcept
+    cdef int c_pins(self, int slot) noexcept
+    cdef bint c_evictable(self, int slot) noexcept
+    cdef int64_t c_sid(self, int slot) noexcept
+    cdef Py_ssize_t c_offset(self, int slot) noexcept
+    cdef int c_used_piece(self, size_t offset, size_t* size, int* slot) noexcept
+    cdef void c_log_request(self, size_t nbytes) noexcept
 
 
 cdef class Evictor:
-    """What allocate_or_evict calls with the victims' storage slots; it must free each
-    victim's piece (or make it unevictable)."""
+    """What the eviction loop calls with the victims' storage slots; it must free each
+    victim's piece (or make it unevictable). As an arena's owner (Arena.attach) it also says
+    how c_request evicts: its subclass keeps these up to date."""
+    cdef int policy_code               # a PolicyCode (P_COOP ... P_NONE); P_NONE by default
+    cdef double now                    # the owner's logical clock, for staleness; 0.0 by default
+    cdef object policy_name            # the core policy's name, for error messages; "none"
     cdef int evict(self, Arena arena, vector[int]& victims) except -1
 
 

@@ -16,17 +16,13 @@ from operator import index as _index
 
 from coop.errors import OutOfMemoryError
 
-EXPENSIVE = 0
-CHEAP = 1
-LOWEST = 2   # placement: first fit from the arena's low end (where constants go)
+# The public API's placements and policies; C code uses the enums of _core.pxd (Placement,
+# PolicyCode) instead, so rebinding these names cannot change what the core does.
+EXPENSIVE = PLACE_EXPENSIVE
+CHEAP = PLACE_CHEAP
+LOWEST = PLACE_LOWEST   # placement: first fit from the arena's low end (where constants go)
 NO_STORAGE = -1
-POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
-
-cdef enum:
-    P_COOP, P_DTR, P_DTE, P_LRU, P_SIZE, P_NONE
-
-cdef enum:
-    PLACE_LOWEST = 2   # == LOWEST
+POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")   # index == PolicyCode
 
 cdef size_t IDEAL_SPACE = (<size_t>1) << 62   # address space of an ideal arena
 cdef dict _POLICY_CODES = {name: code for code, name in enumerate(POLICIES)}
@@ -63,14 +59,15 @@ cdef size_t _size_arg(value, str what) except? 0:
     return n
 
 
-cdef int _class_arg(value) except -1:
+cdef int _placement_arg(value) except -1:
     if isinstance(value, bool) or isinstance(value, float):
-        raise TypeError(f"class must be coop.EXPENSIVE, coop.CHEAP or coop.LOWEST, got {value!r}")
-    cdef Py_ssize_t cls = _index(value)
-    if cls != EXPENSIVE and cls != CHEAP and cls != LOWEST:
-        raise ValueError(f"class must be coop.EXPENSIVE (0), coop.CHEAP (1) or coop.LOWEST (2), "
-                         f"got {cls}")
-    return cls
+        raise TypeError(f"placement must be coop.EXPENSIVE, coop.CHEAP or coop.LOWEST, "
+                        f"got {value!r}")
+    cdef Py_ssize_t placement = _index(value)
+    if placement != PLACE_EXPENSIVE and placement != PLACE_CHEAP and placement != PLACE_LOWEST:
+        raise ValueError(f"placement must be coop.EXPENSIVE (0), coop.CHEAP (1) or "
+                         f"coop.LOWEST (2), got {placement}")
+    return placement
 
 
 cdef double _cost_arg(value) except? -1.0:
@@ -153,15 +150,18 @@ cdef class Arena:
             return 0
         return deref(self.free_index.rbegin()).first
 
-    cdef Py_ssize_t c_allocate(self, size_t size, int cls, int slot) noexcept:
-        """Best fit of an already rounded size; returns the offset or -1. Binds slot if >= 0."""
+    cdef Py_ssize_t c_allocate(self, size_t size, int placement, int slot) noexcept:
+        """Best fit of an already rounded size; returns the offset or -1. Binds slot if >= 0.
+
+        While logging, records (offset, size); callers that know the request's own byte count
+        replace size with it through c_log_request."""
         if self.ideal and self.used_bytes + size > self.capacity:
             return -1
         cdef cset[SizeOffset].iterator it = self.free_index.lower_bound(SizeOffset(size, 0))
         if it == self.free_index.end():
             return -1
         cdef int idx
-        if cls == PLACE_LOWEST:
+        if placement == PLACE_LOWEST:
             # first fit from the arena's low end (address order), at its low end
             idx = self.first
             while not (self.pieces_[idx].free and self.pieces_[idx].size >= size):
@@ -173,7 +173,7 @@ cdef class Arena:
         cdef int used = idx
         self._unindex_free(idx)
         if p.size > size:
-            if cls == CHEAP:
+            if placement == PLACE_CHEAP:
                 # used piece at the high end; idx keeps the low remainder (stays free)
                 used = self._new_piece(p.offset + p.size - size, size, idx, p.next, False)
                 p = &self.pieces_[idx]
@@ -198,9 +198,13 @@ cdef class Arena:
         self.used_bytes += size
         if self.used_bytes > self.peak_used:
             self.peak_used = self.used_bytes
+        cdef size_t offset = p.offset
         if slot >= 0:
             self._bind(used, slot)
-        return <Py_ssize_t>p.offset
+        if self.logging:
+            self.alloc_log.push_back(<int64_t>offset)
+            self.alloc_log.push_back(<int64_t>size)
+        return <Py_ssize_t>offset
 
     cdef Py_ssize_t c_lowest_fit(self, size_t size) noexcept:
         """Offset of the lowest free piece that holds size (rounded), or -1."""
@@ -252,6 +256,9 @@ cdef class Arena:
         if slot >= 0:
             self.storages[slot].piece = -1
             self._on_evicted(slot)
+        if self.logging:
+            self.alloc_log.push_back(<int64_t>offset)
+            self.alloc_log.push_back(-1)
         return 0
 
     # ---- storages and classes ----------------------------------------------------------------
@@ -267,7 +274,7 @@ cdef class Arena:
 
     cdef void _bind(self, int idx, int slot) noexcept:
         cdef Storage* st = &self.storages[slot]
-        cdef int c = st.cls
+        cdef int c = st.eq_class
         self.pieces_[idx].storage = slot
         st.piece = idx
         cdef int n
@@ -278,8 +285,8 @@ cdef class Arena:
             self._refresh_neighbours(slot)
         # slot is resident now: each class it touches must refresh it when it changes
         for n in self.adjacency[slot]:
-            if self.storages[n].piece < 0 and self.storages[n].cls >= 0:
-                self.frontier[self.storages[n].cls].push_back(slot)
+            if self.storages[n].piece < 0 and self.storages[n].eq_class >= 0:
+                self.frontier[self.storages[n].eq_class].push_back(slot)
         self.storages[slot].cprime = self._cprime(slot)
         self._sync(slot)
 
@@ -300,8 +307,9 @@ cdef class Arena:
         cdef int c = self._class_new(slot)
         cdef int n
         for n in self.adjacency[slot]:
-            if self.storages[n].piece < 0 and self.storages[n].cls >= 0 and self.storages[n].cls != c:
-                c = self._class_union(c, self.storages[n].cls)
+            if (self.storages[n].piece < 0 and self.storages[n].eq_class >= 0
+                    and self.storages[n].eq_class != c):
+                c = self._class_union(c, self.storages[n].eq_class)
         self._refresh_class(c)
 
     cdef int _class_new(self, int slot) noexcept:
@@ -321,9 +329,9 @@ cdef class Arena:
         for n in self.adjacency[slot]:
             if self.storages[n].piece >= 0:
                 self.frontier[c].push_back(n)
-        self.storages[slot].cls = c
-        self.storages[slot].cls_next = slot
-        self.storages[slot].cls_prev = slot
+        self.storages[slot].eq_class = c
+        self.storages[slot].eq_next = slot
+        self.storages[slot].eq_prev = slot
         return c
 
     cdef int _class_union(self, int a, int b) noexcept:
@@ -334,17 +342,17 @@ cdef class Arena:
         cdef int hb = self.classes[b].head
         cdef int m = hb
         while True:
-            self.storages[m].cls = a
-            m = self.storages[m].cls_next
+            self.storages[m].eq_class = a
+            m = self.storages[m].eq_next
             if m == hb:
                 break
         # splice the two circular lists
-        cdef int ta = self.storages[ha].cls_prev
-        cdef int tb = self.storages[hb].cls_prev
-        self.storages[ta].cls_next = hb
-        self.storages[hb].cls_prev = ta
-        self.storages[tb].cls_next = ha
-        self.storages[ha].cls_prev = tb
+        cdef int ta = self.storages[ha].eq_prev
+        cdef int tb = self.storages[hb].eq_prev
+        self.storages[ta].eq_next = hb
+        self.storages[hb].eq_prev = ta
+        self.storages[tb].eq_next = ha
+        self.storages[ha].eq_prev = tb
         self.classes[a].cost = self.classes[a].cost + self.classes[b].cost
         self.classes[a].size += self.classes[b].size
         if self.frontier[a].size() < self.frontier[b].size():
@@ -358,7 +366,7 @@ cdef class Arena:
 
     cdef void _class_leave(self, int slot) noexcept:
         cdef Storage* st = &self.storages[slot]
-        cdef int c = st.cls
+        cdef int c = st.eq_class
         cdef EvictedClass* k = &self.classes[c]
         k.cost = k.cost - st.cost
         k.size -= 1
@@ -369,12 +377,12 @@ cdef class Arena:
             self.class_pool.push_back(c)
         else:
             if k.head == slot:
-                k.head = st.cls_next
-            self.storages[st.cls_prev].cls_next = st.cls_next
-            self.storages[st.cls_next].cls_prev = st.cls_prev
-        st.cls = -1
-        st.cls_next = slot
-        st.cls_prev = slot
+                k.head = st.eq_next
+            self.storages[st.eq_prev].eq_next = st.eq_next
+            self.storages[st.eq_next].eq_prev = st.eq_prev
+        st.eq_class = -1
+        st.eq_next = slot
+        st.eq_prev = slot
 
     cdef double _cprime(self, int slot) noexcept:
         """cost + the cost of each distinct class among the evicted neighbours."""
@@ -382,7 +390,7 @@ cdef class Arena:
         cdef int n, c
         self.seen.clear()
         for n in self.adjacency[slot]:
-            c = self.storages[n].cls
+            c = self.storages[n].eq_class
             if c >= 0 and self.storages[n].piece < 0:
                 if not _contains(self.seen, c):
                     self.seen.push_back(c)
@@ -533,17 +541,31 @@ cdef class Arena:
 
     # ---- Python API -------------------------------------------------------------------------
 
-    def allocate(self, nbytes, cls=EXPENSIVE, storage=NO_STORAGE):
-        """Best-fit placement of nbytes (EXPENSIVE at the low end, CHEAP at the high end).
+    def allocate(self, nbytes, placement=EXPENSIVE, storage=NO_STORAGE):
+        """Best-fit placement of nbytes (EXPENSIVE at the low end, CHEAP at the high end;
+        LOWEST: first fit by address).
 
         Returns the offset, or -1 when no free piece fits; never evicts.
         """
-        cdef size_t size = self._checked_request(nbytes)
+        cdef size_t n = _size_arg(nbytes, "the request")
+        if n > self.capacity:
+            raise self._too_large(n)
         cdef int slot = self._unbound_slot(storage)
-        return self.c_allocate(size, _class_arg(cls), slot)
+        cdef Py_ssize_t offset = self.c_allocate(self.request_size(n), _placement_arg(placement),
+                                                 slot)
+        if offset >= 0:
+            self.c_log_request(n)
+        return offset
+
+    def request(self, nbytes, placement=EXPENSIVE):
+        """Place nbytes for an anonymous allocation, evicting through the attached owner (see
+        attach) when nothing fits; OutOfMemoryError when no owner is attached or nothing can
+        make room. The CuPy backend's path: c_request."""
+        cdef size_t n = _size_arg(nbytes, "the request")
+        return self.c_request(n, _placement_arg(placement))
 
     def lowest_fit(self, nbytes):
-        """The offset an allocation of nbytes with class LOWEST would take now, or -1."""
+        """The offset an allocation of nbytes with placement LOWEST would take now, or -1."""
         return self.c_lowest_fit(self._checked_request(nbytes))
 
     def free(self, offset):
@@ -553,19 +575,11 @@ cdef class Arena:
     def bind(self, offset, storage):
         """Bind the anonymous used piece at offset to a registered, non-resident storage."""
         cdef size_t off = _size_arg(offset, "offset")
-        cdef unordered_map[size_t, int].iterator it = self.by_offset.find(off)
-        if it == self.by_offset.end():
-            raise ValueError(f"bind to unknown offset {off}: no piece starts there")
-        cdef int idx = deref(it).second
-        if self.pieces_[idx].free:
-            raise ValueError(f"bind to offset {off}: the piece is free; allocate it first")
-        if self.pieces_[idx].storage >= 0:
-            raise ValueError(f"bind to offset {off}: the piece already holds storage "
-                             f"{self.storages[self.pieces_[idx].storage].sid}")
+        self._anonymous_piece(off)       # the offset's errors come before the storage's
         cdef int slot = self._unbound_slot(storage)
         if slot < 0:
             raise ValueError("bind needs a storage id >= 0")
-        self._bind(idx, slot)
+        self.c_bind(slot, off)
 
     def add_storage(self, sid, cost=0.0, neighbors=(), evictable=True):
         """Register storage sid (not resident) with its own cost and neighbours."""
@@ -599,21 +613,19 @@ cdef class Arena:
         if st.piece >= 0:
             st.cprime = self._cprime(slot)
             self._sync(slot)
-        elif st.cls >= 0:
-            self.classes[st.cls].cost = self.classes[st.cls].cost + (c - old)
-            self._refresh_class(st.cls)
+        elif st.eq_class >= 0:
+            self.classes[st.eq_class].cost = self.classes[st.eq_class].cost + (c - old)
+            self._refresh_class(st.eq_class)
 
     def set_evictable(self, sid, flag):
-        cdef int slot = self._slot(sid)
-        self.storages[slot].evictable = bool(flag)
-        self._sync(slot)
+        self.c_set_evictable(self._slot(sid), bool(flag))
 
     def pin(self, sid):
         self.c_pin(self._slot(sid), 1)
 
     def unpin(self, sid):
         cdef int slot = self._slot(sid)
-        if self.storages[slot].pins == 0:
+        if self.c_pins(slot) == 0:
             raise ValueError(f"unpin of storage {sid}, which is not pinned")
         self.c_pin(slot, -1)
 
@@ -623,17 +635,18 @@ cdef class Arena:
     def storage_info(self, sid):
         cdef int slot = self._slot(sid)
         cdef Storage st = self.storages[slot]
-        resident = st.piece >= 0
+        cdef Py_ssize_t offset = self.c_offset(slot)
+        resident = offset >= 0
         return {
             "resident": resident,
-            "offset": self.pieces_[st.piece].offset if resident else None,
+            "offset": offset if resident else None,
             "nbytes": self.pieces_[st.piece].size if resident else 0,
-            "cost": st.cost,
+            "cost": self.c_cost(slot),
             "cprime": st.cprime if resident else None,
             "last_access": st.last_access,
-            "pins": st.pins,
-            "evictable": bool(st.evictable),
-            "class_cost": self.classes[st.cls].cost if st.cls >= 0 else None,
+            "pins": self.c_pins(slot),
+            "evictable": bool(self.c_evictable(slot)),
+            "class_cost": self.classes[st.eq_class].cost if st.eq_class >= 0 else None,
         }
 
     def pieces(self):
@@ -655,13 +668,53 @@ cdef class Arena:
         self._choose(size, code, float(now), victims)
         return [self.storages[s].sid for s in victims]
 
-    def allocate_or_evict(self, nbytes, cls, policy, now, evict, storage=NO_STORAGE):
+    def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE):
         """Place nbytes, evicting through evict(list of storage ids) until it fits."""
-        cdef size_t size = self._checked_request(nbytes)
+        cdef size_t n = _size_arg(nbytes, "the request")
+        if n > self.capacity:
+            raise self._too_large(n)
         cdef int code = policy_code(policy, self.ideal)
         cdef int slot = self._unbound_slot(storage)
-        return self.c_allocate_or_evict(size, _class_arg(cls), code, float(now), slot,
-                                        _CallbackEvictor(evict), policy)
+        cdef Py_ssize_t offset = self.c_allocate_or_evict(
+            self.request_size(n), _placement_arg(placement), code, float(now), slot,
+            _CallbackEvictor(evict), policy)
+        self.c_log_request(n)
+        return offset
+
+    # ---- the owner and the allocation log -----------------------------------------------------
+
+    def attach(self, Evictor owner not None):
+        """Make owner evict for request / c_request when nothing fits (its policy_code, now and
+        policy_name say how). Attaching the attached owner again does nothing; ValueError if
+        another owner is attached (detach it first)."""
+        if self.owner is not None and self.owner is not owner:
+            raise ValueError(f"this arena already has an owner ({self.owner!r}); detach it first "
+                             "or make one arena per owner")
+        self.owner = owner
+
+    def detach(self, Evictor owner not None):
+        """Forget owner; request then fails when nothing fits. Nothing happens when no owner is
+        attached; ValueError when another owner is."""
+        if self.owner is None:
+            return
+        if self.owner is not owner:
+            raise ValueError(f"{owner!r} is not this arena's owner ({self.owner!r} is)")
+        self.owner = None
+
+    def start_log(self):
+        """Record every allocation and free from now on (restarting an ongoing log)."""
+        self.alloc_log.clear()
+        self.logging = True
+
+    def take_log(self):
+        """Stop recording; the log since start_log as [offset, nbytes, offset, -1, ...]: an
+        allocation's offset and byte count (the request's own count for allocate,
+        allocate_or_evict, request and c_request; the rounded size for other C callers of
+        c_allocate / c_allocate_or_evict), or a free's offset and -1. [] if none was started."""
+        out = self.alloc_log
+        self.alloc_log.clear()
+        self.logging = False
+        return out
 
     def stats(self):
         return {
@@ -766,7 +819,7 @@ cdef class Arena:
 
     cdef void c_remove_storage(self, int slot) noexcept:
         cdef Storage* st = &self.storages[slot]
-        cdef int c = st.cls
+        cdef int c = st.eq_class
         cdef int n, k
         if st.piece >= 0:
             self.pieces_[st.piece].storage = -1
@@ -791,6 +844,45 @@ cdef class Arena:
         self.storages[slot].live = False
         self.storage_pool.push_back(slot)
 
+    cdef Py_ssize_t c_request(self, size_t nbytes, int placement) except -2:
+        """Place nbytes (the request's own count, not yet rounded) for an anonymous allocation:
+        best fit; when nothing fits, the eviction loop under the attached owner's policy_code,
+        now and policy_name, the owner evicting. No owner: OutOfMemoryError, counted as a
+        failed search like policy "none". Larger than the capacity: OutOfMemoryError, nothing
+        counted. The offset (logged with nbytes)."""
+        if nbytes > self.capacity:
+            raise self._too_large(nbytes)
+        cdef size_t size = self.request_size(nbytes)
+        cdef Py_ssize_t offset = self.c_allocate(size, placement, -1)
+        cdef Evictor owner = self.owner
+        if offset < 0:
+            if owner is None:
+                offset = self.c_allocate_or_evict(size, placement, P_NONE, 0.0, -1, None, "none")
+            else:
+                if owner.policy_code < P_COOP or owner.policy_code > P_NONE:
+                    raise ValueError(f"the arena's owner has no policy: policy_code "
+                                     f"{owner.policy_code} is none of coop._core.POLICIES' codes")
+                if self.ideal and owner.policy_code == P_COOP:
+                    raise ValueError("an ideal arena has no addresses to scan: its owner needs a "
+                                     "loop policy (dtr, dte, lru, size) or none")
+                offset = self.c_allocate_or_evict(size, placement, owner.policy_code, owner.now,
+                                                  -1, owner, owner.policy_name)
+        self.c_log_request(nbytes)
+        return offset
+
+    cdef int c_bind(self, int slot, size_t offset) except -1:
+        """Bind the anonymous used piece starting at offset to slot, a registered storage that
+        is not resident; ValueError naming the problem otherwise."""
+        cdef int idx = self._anonymous_piece(offset)
+        if slot < 0 or <size_t>slot >= self.storages.size() or not self.storages[slot].live:
+            raise ValueError(f"bind to offset {offset}: storage slot {slot} is not registered")
+        if self.storages[slot].piece >= 0:
+            raise ValueError(f"bind to offset {offset}: storage {self.storages[slot].sid} is "
+                             f"already resident at offset "
+                             f"{self.pieces_[self.storages[slot].piece].offset}")
+        self._bind(idx, slot)
+        return 0
+
     cdef void c_pin(self, int slot, int delta) noexcept:
         self.storages[slot].pins += delta
         self._sync(slot)
@@ -799,18 +891,75 @@ cdef class Arena:
         self.storages[slot].last_access = now
         self._sync(slot)
 
+    cdef void c_set_evictable(self, int slot, bint flag) noexcept:
+        self.storages[slot].evictable = flag
+        self._sync(slot)
+
+    cdef double c_cost(self, int slot) noexcept:
+        """The storage's own cost."""
+        return self.storages[slot].cost
+
+    cdef int c_pins(self, int slot) noexcept:
+        return self.storages[slot].pins
+
+    cdef bint c_evictable(self, int slot) noexcept:
+        return self.storages[slot].evictable
+
+    cdef int64_t c_sid(self, int slot) noexcept:
+        """The owner's id of the storage in slot (what c_add_storage was given)."""
+        return self.storages[slot].sid
+
+    cdef Py_ssize_t c_offset(self, int slot) noexcept:
+        """Offset of the storage's piece; -1 when it is not resident."""
+        cdef int idx = self.storages[slot].piece
+        return <Py_ssize_t>self.pieces_[idx].offset if idx >= 0 else -1
+
+    cdef int c_used_piece(self, size_t offset, size_t* size, int* slot) noexcept:
+        """0 and the used piece's size and storage slot (-1: anonymous) when a used piece starts
+        at offset; -1 (size and slot untouched) when none does."""
+        cdef unordered_map[size_t, int].iterator it = self.by_offset.find(offset)
+        if it == self.by_offset.end() or self.pieces_[deref(it).second].free:
+            return -1
+        cdef Piece* p = &self.pieces_[deref(it).second]
+        size[0] = p.size
+        slot[0] = p.storage
+        return 0
+
+    cdef void c_log_request(self, size_t nbytes) noexcept:
+        """While logging: record nbytes as the byte count of the allocation logged last (call it
+        right after a successful c_allocate / c_allocate_or_evict when the request's own count
+        is known; they log the rounded size)."""
+        if self.logging and not self.alloc_log.empty():
+            self.alloc_log[self.alloc_log.size() - 1] = <int64_t>nbytes
+
     # ---- argument checks --------------------------------------------------------------------
 
     cdef size_t _checked_request(self, nbytes) except? 0:
         cdef size_t n = _size_arg(nbytes, "the request")
         if n > self.capacity:
-            free_bytes = self.capacity - self.used_bytes
-            raise OutOfMemoryError(
-                f"coop: a request of {n} bytes is larger than the whole arena "
-                f"(budget {self.capacity} bytes, {free_bytes} bytes free, largest free range "
-                f"{self.largest_free()} bytes); raise the budget above {n} bytes",
-                n, self.capacity, free_bytes, self.largest_free())
+            raise self._too_large(n)
         return self.request_size(n)
+
+    cdef object _too_large(self, size_t n):
+        free_bytes = self.capacity - self.used_bytes
+        return OutOfMemoryError(
+            f"coop: a request of {n} bytes is larger than the whole arena "
+            f"(budget {self.capacity} bytes, {free_bytes} bytes free, largest free range "
+            f"{self.largest_free()} bytes); raise the budget above {n} bytes",
+            n, self.capacity, free_bytes, self.largest_free())
+
+    cdef int _anonymous_piece(self, size_t offset) except -1:
+        """The used, anonymous piece starting at offset; ValueError naming why there is none."""
+        cdef unordered_map[size_t, int].iterator it = self.by_offset.find(offset)
+        if it == self.by_offset.end():
+            raise ValueError(f"bind to unknown offset {offset}: no piece starts there")
+        cdef int idx = deref(it).second
+        if self.pieces_[idx].free:
+            raise ValueError(f"bind to offset {offset}: the piece is free; allocate it first")
+        if self.pieces_[idx].storage >= 0:
+            raise ValueError(f"bind to offset {offset}: the piece already holds storage "
+                             f"{self.storages[self.pieces_[idx].storage].sid}")
+        return idx
 
     cdef int _unbound_slot(self, storage) except -2:
         if isinstance(storage, bool) or isinstance(storage, float):
@@ -864,6 +1013,14 @@ cdef inline size_t deref_offset(cset[SizeOffset].iterator it) noexcept:
 
 
 cdef class Evictor:
+    """Frees victims for the eviction loop; as an arena's owner it also names the policy and
+    clock that Arena.c_request evicts with (policy_code, now, policy_name: set by subclasses)."""
+
+    def __cinit__(self, *args, **kwargs):
+        self.policy_code = P_NONE
+        self.now = 0.0
+        self.policy_name = "none"
+
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
         raise NotImplementedError
 
@@ -873,9 +1030,39 @@ cdef class _CallbackEvictor(Evictor):
 
     cdef object fn
 
-    def __cinit__(self, fn):
+    def __cinit__(self, fn, *args, **kwargs):
         self.fn = fn
 
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
-        self.fn([arena.storages[s].sid for s in victims])
+        self.fn([arena.c_sid(s) for s in victims])
         return 0
+
+
+cdef class CallbackOwner(_CallbackEvictor):
+    """An arena owner over a Python callable, for tests and simple users:
+    ``arena.attach(CallbackOwner(evict, "dtr"))`` makes ``arena.request`` evict through
+    ``evict(list of storage ids)`` (which must free each victim's piece or make it unevictable)
+    under core policy ``policy`` (one of coop.POLICIES), with staleness measured at ``now``."""
+
+    def __cinit__(self, evict, policy, *args, **kwargs):
+        if not callable(evict):
+            raise TypeError(f"evict must be callable, got {evict!r}")
+        self.policy_code = policy_code(policy, False)
+        self.policy_name = policy
+
+    @property
+    def policy(self):
+        """The core policy's name."""
+        return self.policy_name
+
+    @property
+    def now(self):
+        """The logical clock the owner's evictions score staleness against (writable)."""
+        return self.now
+
+    @now.setter
+    def now(self, value):
+        self.now = float(value)
+
+    def __repr__(self):
+        return f"<coop.CallbackOwner policy={self.policy_name!r} now={self.now}>"

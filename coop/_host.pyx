@@ -24,11 +24,9 @@ the arena calls no Python code while its structures are inconsistent.
 from cpython.pycapsule cimport PyCapsule_GetContext, PyCapsule_GetPointer, PyCapsule_New
 from cpython.pycapsule cimport PyCapsule_SetContext
 from cpython.ref cimport Py_DECREF, Py_INCREF
-from cython.operator cimport dereference as deref
 from libc.stdint cimport uint8_t, uintptr_t
 from libc.stdlib cimport free as libc_free
 from libc.string cimport memcpy, memset, strncpy
-from libcpp.unordered_map cimport unordered_map
 
 cimport numpy as cnp
 
@@ -149,8 +147,10 @@ cdef class HostBackend:
             owner = owner.base
         if not isinstance(owner, cnp.ndarray):
             return None
-        cdef int idx = self._piece_at(cnp.PyArray_DATA(<cnp.ndarray>owner))
-        return self.arena.pieces_[idx].offset if idx >= 0 else None
+        cdef size_t size
+        cdef int slot
+        cdef Py_ssize_t offset = self._piece_at(cnp.PyArray_DATA(<cnp.ndarray>owner), &size, &slot)
+        return offset if offset >= 0 else None
 
     def calls(self):
         """Counts of the handler's calls since construction."""
@@ -198,19 +198,19 @@ cdef class HostBackend:
 
     # ---- allocation (GIL held) ----------------------------------------------------------------
 
-    cdef int _piece_at(self, const void* ptr) noexcept:
-        """Index of the used piece starting at ptr, or -1 (outside the buffer, unknown, free).
+    cdef Py_ssize_t _piece_at(self, const void* ptr, size_t* size, int* slot) noexcept:
+        """Offset of the used piece starting at ptr, its size and storage slot (-1: anonymous)
+        in size and slot; or -1 (outside the buffer, unknown, free).
 
-        Reads the arena's offset index and piece slots (declared in _core.pxd) directly: realloc
-        needs the old piece's size, which NumPy does not pass.
+        Asks the arena (c_used_piece): realloc needs the old piece's size, which NumPy does not
+        pass.
         """
         cdef uintptr_t addr = <uintptr_t>ptr, start = <uintptr_t>self.buf
         if self.buf == NULL or addr < start or addr >= start + self.arena.capacity:
             return -1
-        cdef unordered_map[size_t, int].iterator it = self.arena.by_offset.find(addr - start)
-        if it == self.arena.by_offset.end() or self.arena.pieces_[deref(it).second].free:
+        if self.arena.c_used_piece(addr - start, size, slot) < 0:
             return -1
-        return deref(it).second
+        return <Py_ssize_t>(addr - start)
 
     cdef char* _allocate(self, size_t nbytes) noexcept:
         """Best fit without Python calls; else the eviction loop. NULL (and last_error) on failure."""
@@ -260,19 +260,19 @@ cdef void* _realloc(void* ctx, void* ptr, size_t nbytes) noexcept with gil:
     backend.n_realloc += 1
     if ptr == NULL:
         return backend._allocate(nbytes)
-    cdef int idx = backend._piece_at(ptr)
-    if idx < 0:
+    cdef size_t old_size
+    cdef int slot
+    cdef Py_ssize_t old_offset = backend._piece_at(ptr, &old_size, &slot)
+    if old_offset < 0:
         backend.n_foreign += 1
         backend.last_error = ValueError(
             f"coop: realloc of {<uintptr_t>ptr:#x}, which this arena did not allocate")
         return NULL
-    if backend.arena.pieces_[idx].storage >= 0:
+    if slot >= 0:
         # moving it would evict the storage under the runtime's feet
         backend.last_error = ValueError(
             "coop: cannot resize an array whose memory the runtime tracks; copy it instead")
         return NULL
-    cdef size_t old_size = backend.arena.pieces_[idx].size
-    cdef size_t old_offset = backend.arena.pieces_[idx].offset
     cdef Py_ssize_t offset
     cdef char* moved
     if nbytes <= old_size:
@@ -303,7 +303,9 @@ cdef void _free(void* ctx, void* ptr, size_t size) noexcept with gil:
     backend.n_free += 1
     if ptr == NULL:
         return
-    if backend._piece_at(ptr) < 0:
+    cdef size_t size_in_arena
+    cdef int slot
+    if backend._piece_at(ptr, &size_in_arena, &slot) < 0:
         # NumPy sends each array's frees to the handler that allocated it; never expected
         backend.n_foreign += 1
         return

@@ -52,7 +52,7 @@ class _Storage:
         self.evictable = evictable
         self.pins = 0
         self.last_access = 0.0
-        self.cls = None  # class id while evicted after having been resident
+        self.eq_class = None  # equivalence class id while evicted after having been resident
 
 
 class ReferenceArena:
@@ -83,6 +83,8 @@ class ReferenceArena:
         self._fragmentation_sum = 0.0
         self._failed = 0
         self._largest_ratio_sum = 0.0
+        self._owner = None
+        self._log = None  # [offset, nbytes or -1, ...] while start_log is in effect
 
     # ---- lookups ----------------------------------------------------------------------------
 
@@ -143,11 +145,11 @@ class ReferenceArena:
         return policy
 
     @staticmethod
-    def _cls(cls):
-        cls = _integer(cls, "class")
-        if cls not in (EXPENSIVE, CHEAP, LOWEST):
-            raise ValueError(f"class must be EXPENSIVE, CHEAP or LOWEST, got {cls}")
-        return cls
+    def _placement(placement):
+        placement = _integer(placement, "placement")
+        if placement not in (EXPENSIVE, CHEAP, LOWEST):
+            raise ValueError(f"placement must be EXPENSIVE, CHEAP or LOWEST, got {placement}")
+        return placement
 
     def _oom(self, request):
         free, largest = self._free_bytes(), self._largest_free()
@@ -158,8 +160,8 @@ class ReferenceArena:
 
     # ---- placement ---------------------------------------------------------------------------
 
-    def _place(self, size, cls, sid):
-        """Best fit of a rounded size; returns the offset or -1."""
+    def _place(self, size, placement, sid, nbytes):
+        """Best fit of a rounded size; returns the offset or -1. Logs (offset, nbytes)."""
         if self.ideal and self.used_bytes + size > self.capacity:
             return -1
         fits = [(p[SIZE], p[OFFSET], i) for i, p in enumerate(self._pieces)
@@ -167,11 +169,11 @@ class ReferenceArena:
         if not fits:
             return -1
         # best fit; LOWEST: first fit in address order (the pieces' list order)
-        _, offset, i = min(fits, key=lambda f: f[1]) if cls == LOWEST else min(fits)
+        _, offset, i = min(fits, key=lambda f: f[1]) if placement == LOWEST else min(fits)
         piece = self._pieces[i]
         if piece[SIZE] == size:
             used = piece
-        elif cls in (EXPENSIVE, LOWEST):
+        elif placement in (EXPENSIVE, LOWEST):
             used = [offset, size, None, False]
             piece[OFFSET] += size
             piece[SIZE] -= size
@@ -184,6 +186,8 @@ class ReferenceArena:
         self._peak_used = max(self._peak_used, self.used_bytes)
         if sid is not None:
             self._bind(used, sid)
+        if self._log is not None:
+            self._log += [used[OFFSET], nbytes]
         return used[OFFSET]
 
     def _bind(self, piece, sid):
@@ -198,30 +202,30 @@ class ReferenceArena:
         cid = self._next_class
         self._next_class += 1
         self._classes[cid] = [{sid}, st.cost]
-        st.cls = cid
+        st.eq_class = cid
         for n in sorted(st.neighbors):
-            other = self._storages[n].cls
+            other = self._storages[n].eq_class
             if other is not None and other != cid:
                 members, cost = self._classes.pop(other)
                 self._classes[cid][0] |= members
                 self._classes[cid][1] += cost
                 for m in members:
-                    self._storages[m].cls = cid
+                    self._storages[m].eq_class = cid
 
     def _leave_class(self, sid):
         st = self._storages[sid]
-        if st.cls is None:
+        if st.eq_class is None:
             return
-        entry = self._classes[st.cls]
+        entry = self._classes[st.eq_class]
         entry[0].remove(sid)
         entry[1] -= st.cost
         if not entry[0]:
-            del self._classes[st.cls]
-        st.cls = None
+            del self._classes[st.eq_class]
+        st.eq_class = None
 
     def _cprime(self, sid):
         st = self._storages[sid]
-        classes = {self._storages[n].cls for n in st.neighbors} - {None}
+        classes = {self._storages[n].eq_class for n in st.neighbors} - {None}
         return st.cost + sum(self._classes[c][1] for c in classes)
 
     # ---- policies ----------------------------------------------------------------------------
@@ -292,10 +296,46 @@ class ReferenceArena:
 
     # ---- Python API ---------------------------------------------------------------------------
 
-    def allocate(self, nbytes, cls=EXPENSIVE, storage=NO_STORAGE):
+    def allocate(self, nbytes, placement=EXPENSIVE, storage=NO_STORAGE):
         size = self._request(nbytes)
         sid = self._unbound(storage)
-        return self._place(size, self._cls(cls), sid)
+        return self._place(size, self._placement(placement), sid, operator.index(nbytes))
+
+    def request(self, nbytes, placement=EXPENSIVE):
+        n = _nonnegative(nbytes, "the request")
+        placement = self._placement(placement)
+        size = self._request(n)
+        offset = self._place(size, placement, None, n)
+        if offset >= 0:
+            return offset
+        owner = self._owner
+        if owner is None:
+            return self._evict_loop(size, n, placement, "none", 0.0, None, None)
+        if self.ideal and owner.policy == "coop":
+            raise ValueError("an ideal arena has no addresses to scan")
+        return self._evict_loop(size, n, placement, owner.policy, float(owner.now),
+                                owner.callback, None)
+
+    def attach(self, owner):
+        if self._owner is not None and self._owner is not owner:
+            raise ValueError("this arena already has an owner")
+        self._owner = owner
+
+    def detach(self, owner):
+        if self._owner is not None and self._owner is not owner:
+            raise ValueError("not this arena's owner")
+        self._owner = None
+
+    @property
+    def owner(self):
+        return self._owner
+
+    def start_log(self):
+        self._log = []
+
+    def take_log(self):
+        log, self._log = self._log or [], None
+        return log
 
     def lowest_fit(self, nbytes):
         size = self._request(nbytes)
@@ -320,6 +360,8 @@ class ReferenceArena:
             self._pieces[i - 1][SIZE] += self._pieces.pop(i)[SIZE]
         if sid is not None:
             self._join_class(sid)
+        if self._log is not None:
+            self._log += [offset, -1]
 
     def bind(self, offset, storage):
         offset = _nonnegative(offset, "offset")
@@ -371,8 +413,8 @@ class ReferenceArena:
     def set_cost(self, sid, cost):
         st = self._get(sid)
         cost = _cost(cost)
-        if st.cls is not None:
-            self._classes[st.cls][1] += cost - st.cost
+        if st.eq_class is not None:
+            self._classes[st.eq_class][1] += cost - st.cost
         st.cost = cost
 
     def set_evictable(self, sid, flag):
@@ -404,7 +446,7 @@ class ReferenceArena:
             "last_access": st.last_access,
             "pins": st.pins,
             "evictable": st.evictable,
-            "class_cost": self._classes[st.cls][1] if st.cls is not None else None,
+            "class_cost": self._classes[st.eq_class][1] if st.eq_class is not None else None,
         }
 
     def pieces(self):
@@ -415,14 +457,17 @@ class ReferenceArena:
         size = self._request(nbytes)
         return self._victims(size, self._policy(policy), float(now))
 
-    def allocate_or_evict(self, nbytes, cls, policy, now, evict, storage=NO_STORAGE):
+    def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE):
         size = self._request(nbytes)
         policy = self._policy(policy)
         sid = self._unbound(storage)
-        cls = self._cls(cls)
-        now = float(now)
+        placement = self._placement(placement)
+        return self._evict_loop(size, operator.index(nbytes), placement, policy, float(now), evict,
+                                sid)
+
+    def _evict_loop(self, size, nbytes, placement, policy, now, evict, sid):
         while True:
-            offset = self._place(size, cls, sid)
+            offset = self._place(size, placement, sid, nbytes)
             if offset >= 0:
                 return offset
             start = time.perf_counter()
@@ -494,12 +539,26 @@ class ReferenceArena:
             assert st.pins >= 0 and st.cost >= 0.0, f"storage {sid}: bad pins or cost"
             for n in st.neighbors:
                 assert sid in self._storages[n].neighbors, f"storage {sid}: asymmetric neighbours"
-            if st.cls is not None:
+            if st.eq_class is not None:
                 assert sid not in bound, f"resident storage {sid} is in a class"
-                assert sid in self._classes[st.cls][0], f"storage {sid} missing from its class"
+                assert sid in self._classes[st.eq_class][0], f"storage {sid} missing from its class"
         for cid, (members, cost) in self._classes.items():
             assert members, f"class {cid} is empty"
             for m in members:
-                assert self._storages[m].cls == cid, f"class {cid} lists storage {m}"
+                assert self._storages[m].eq_class == cid, f"class {cid} lists storage {m}"
             total = sum(self._storages[m].cost for m in members)
             assert math.isclose(cost, total, rel_tol=1e-9, abs_tol=1e-9), f"class {cid} cost"
+
+
+class CallbackOwner:
+    """The model of coop._core.CallbackOwner: an arena owner evicting through callback(list of
+    storage ids) under core policy `policy`, at clock `now` (writable)."""
+
+    def __init__(self, callback, policy):
+        if not callable(callback):
+            raise TypeError(f"evict must be callable, got {callback!r}")
+        if not isinstance(policy, str) or policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}")
+        self.callback = callback
+        self.policy = policy
+        self.now = 0.0

@@ -270,7 +270,7 @@ def test_refused_calls_change_nothing(Arena, method, args, error):
     lambda ref: ref._pieces[0].__setitem__(1, 128),  # gap/overlap
     lambda ref: ref._pieces[2].__setitem__(3, True),  # two adjacent free pieces
     lambda ref: ref._pieces[0].__setitem__(2, 99),  # unknown storage
-    lambda ref: ref._classes[ref._storages[1].cls].__setitem__(1, 5.0),  # class cost
+    lambda ref: ref._classes[ref._storages[1].eq_class].__setitem__(1, 5.0),  # class cost
     lambda ref: ref._storages[0].neighbors.discard(1),  # asymmetric neighbours
 ])
 def test_reference_check_detects_corruption(corrupt):

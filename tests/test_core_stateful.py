@@ -6,16 +6,19 @@ Costs and clock values are integers, so every sum the two compute in different o
 import math
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import coop
 from coop import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, OutOfMemoryError
+from coop._core import CallbackOwner
+from reference_arena import CallbackOwner as RefOwner
 from reference_arena import ReferenceArena
 
 COUNTERS = ("capacity", "used_bytes", "peak_used_bytes", "free_bytes", "largest_free", "pieces",
             "free_pieces", "evictions", "bytes_evicted", "searches", "failed_allocations")
 MEANS = ("fragmentation_rate", "largest_free_ratio")
+PLACEMENTS = st.sampled_from([EXPENSIVE, CHEAP, LOWEST])
 
 
 def outcome(call):
@@ -43,6 +46,9 @@ class ArenaComparison(RuleBasedStateMachine):
         self.removed = []  # ids registered once and removed since: reusable
         self.next_sid = 0
         self.clock = 0
+        self.owners = None  # (core owner, reference owner) while attached
+        self.owner_logs = ([], [])
+        self.logging = False
 
     @initialize(k=st.integers(4, 16) | st.integers(4, 64), extra=st.integers(0, 63))
     def create(self, k, extra):
@@ -118,15 +124,15 @@ class ArenaComparison(RuleBasedStateMachine):
     def add_storage(self, data, cost, evictable):
         self.register(data, cost, evictable)
 
-    @rule(data=st.data(), outputs=st.integers(1, 3), cls=st.sampled_from([EXPENSIVE, CHEAP, LOWEST]),
+    @rule(data=st.data(), outputs=st.integers(1, 3), placement=PLACEMENTS,
           policy=st.sampled_from(POLICIES))
-    def compute(self, data, outputs, cls, policy):
+    def compute(self, data, outputs, placement, policy):
         """What the runtime does for an op's outputs: register, touch, place each (evicting)."""
         for _ in range(outputs):
             cost = data.draw(st.integers(0, 20), label="cost")
             sid = self.register(data, cost, data.draw(st.integers(0, 9), label="evictable") > 0)
             assert self.both("touch", sid, float(self.clock)) == ("ok", None)
-            self.evict_and_compare(self.request(data), cls, policy, float(self.clock), sid)
+            self.evict_and_compare(self.request(data), placement, policy, float(self.clock), sid)
 
     @precondition(lambda self: self.sids)
     @rule(data=st.data())
@@ -160,9 +166,9 @@ class ArenaComparison(RuleBasedStateMachine):
 
     # ---- pieces ---------------------------------------------------------------------------------
 
-    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP, LOWEST]))
-    def allocate(self, data, cls):
-        kind, _ = self.both("allocate", self.request(data), cls, self.storage(data))
+    @rule(data=st.data(), placement=PLACEMENTS)
+    def allocate(self, data, placement):
+        kind, _ = self.both("allocate", self.request(data), placement, self.storage(data))
         assert kind == "ok"
 
     @rule(data=st.data())
@@ -192,17 +198,18 @@ class ArenaComparison(RuleBasedStateMachine):
         else:
             assert self.both("choose_victims", *args)[0] == "ok"
 
-    @rule(data=st.data(), cls=st.sampled_from([EXPENSIVE, CHEAP, LOWEST]), policy=st.sampled_from(POLICIES),
+    @rule(data=st.data(), placement=PLACEMENTS, policy=st.sampled_from(POLICIES),
           owner=st.sampled_from(["frees"] * 6 + ["leaves", "pins", "unevictable"]))
-    def allocate_or_evict(self, data, cls, policy, owner):
-        self.evict_and_compare(self.request(data), cls, policy, self.now(data), self.storage(data),
-                               owner)
+    def allocate_or_evict(self, data, placement, policy, owner):
+        self.evict_and_compare(self.request(data), placement, policy, self.now(data),
+                               self.storage(data), owner)
 
-    def evict_and_compare(self, nbytes, cls, policy, now, storage, owner="frees"):
+    def evict_and_compare(self, nbytes, placement, policy, now, storage, owner="frees"):
         """owner: what the callback does with the last victim: frees it like the others, leaves it
         resident (a RuntimeError in both), or refuses it by pinning it or making it unevictable."""
         if self.IDEAL and policy == "coop":
-            self.refused("allocate_or_evict", nbytes, cls, policy, now, _never_called, storage)
+            self.refused("allocate_or_evict", nbytes, placement, policy, now, _never_called,
+                         storage)
             return
         logs = []
         results = []
@@ -220,14 +227,78 @@ class ArenaComparison(RuleBasedStateMachine):
                 elif owner == "unevictable":
                     arena.set_evictable(victims[-1], False)
 
-            results.append(outcome(lambda: arena.allocate_or_evict(nbytes, cls, policy, now, evict,
-                                                                    storage)))
+            results.append(outcome(lambda: arena.allocate_or_evict(nbytes, placement, policy, now,
+                                                                    evict, storage)))
             logs.append(log)
         assert results[0] == results[1], (results, logs)
         assert logs[0] == logs[1]
         if results[0][0] == "error":
             assert results[0][1] in ((OutOfMemoryError, RuntimeError) if owner == "leaves"
                                      else (OutOfMemoryError,))
+
+    # ---- the owner (request) and the allocation log ----------------------------------------
+
+    @rule(policy=st.sampled_from(POLICIES))
+    def attach(self, policy):
+        """A fresh owner pair (one per arena, each freeing its victims on its own arena); while
+        another is attached, both arenas refuse it."""
+        def frees(arena, log):
+            def evict(victims):
+                log.append(list(victims))
+                for sid in victims:
+                    arena.free(arena.storage_info(sid)["offset"])
+            return evict
+        logs = ([], [])
+        owners = (CallbackOwner(frees(self.core, logs[0]), policy),
+                  RefOwner(frees(self.ref, logs[1]), policy))
+        if self.owners is not None:
+            before = self.state()
+            outcomes = [outcome(lambda: arena.attach(owner))
+                        for arena, owner in zip((self.core, self.ref), owners)]
+            assert outcomes == [("error", ValueError)] * 2, outcomes
+            assert self.core.owner is self.owners[0] and self.state() == before
+            return
+        self.core.attach(owners[0])
+        self.ref.attach(owners[1])
+        assert self.core.owner is owners[0] and self.ref.owner is owners[1]
+        self.owners, self.owner_logs = owners, logs
+
+    @precondition(lambda self: self.owners is not None)
+    @rule()
+    def detach(self):
+        self.core.detach(self.owners[0])
+        self.ref.detach(self.owners[1])
+        assert self.core.owner is None and self.ref.owner is None
+        self.owners = None
+
+    @rule(data=st.data(), placement=PLACEMENTS)
+    def request_anonymous(self, data, placement):
+        """An anonymous allocation through the attached owner (or none): it evicts like
+        allocate_or_evict under the owner's policy and clock."""
+        nbytes, now = self.request(data), self.now(data)
+        if self.owners is not None:
+            for owner, log in zip(self.owners, self.owner_logs):
+                owner.now = now
+                log.clear()
+        result = self.both("request", nbytes, placement)
+        if self.owners is not None:
+            assert self.owner_logs[0] == self.owner_logs[1]
+        event(f"request: {result[0]}{', evicted' if self.owner_logs[0] else ''}"
+              f"{', owner' if self.owners is not None else ''}")
+
+    @rule()
+    def start_log(self):
+        assert self.both("start_log") == ("ok", None)
+        self.logging = True
+
+    @rule()
+    def take_log(self):
+        kind, log = self.both("take_log")
+        assert kind == "ok"
+        event(f"take_log: {'empty' if not log else 'entries'}")
+        if not self.logging:
+            assert log == []
+        self.logging = False
 
     # ---- refused calls --------------------------------------------------------------------------
 
@@ -250,6 +321,8 @@ class ArenaComparison(RuleBasedStateMachine):
             ("choose_victims", capacity + 1, "dtr", self.clock),
             ("allocate_or_evict", capacity + 1, EXPENSIVE, "coop", self.clock, _never_called),
             ("allocate_or_evict", 64, EXPENSIVE, "lifo", self.clock, _never_called),
+            ("request", capacity + 1), ("request", -1), ("request", 1.5), ("request", 64, 3),
+            ("request", 64, 1.0),
         ]
         calls += [("free", off) for off in free_offsets]
         calls += [("bind", off, s) for off in free_offsets for s in self.nonresident()[:1]]

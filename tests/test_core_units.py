@@ -423,16 +423,16 @@ def test_lowest_placement_differs_from_best_fit(Arena):
     arena.check()
 
 
-@pytest.mark.parametrize("cls, error", [(3, ValueError), (-1, ValueError), (1.0, TypeError),
-                                        (True, TypeError), ("cheap", TypeError)])
-def test_a_bad_class_is_refused_and_changes_nothing(Arena, cls, error):
+@pytest.mark.parametrize("placement, error", [(3, ValueError), (-1, ValueError), (1.0, TypeError),
+                                              (True, TypeError), ("cheap", TypeError)])
+def test_a_bad_placement_is_refused_and_changes_nothing(Arena, placement, error):
     arena = Arena(512)
     storages(arena, [1])
     build(arena, [(128, 0)])
     before = snapshot(arena, (0,))
     with pytest.raises(error):
-        arena.allocate(64, cls)
+        arena.allocate(64, placement)
     with pytest.raises(error):
-        arena.allocate_or_evict(64, cls, "coop", 0, evictor(arena))
+        arena.allocate_or_evict(64, placement, "coop", 0, evictor(arena))
     assert snapshot(arena, (0,)) == before
     arena.check()

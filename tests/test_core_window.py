@@ -52,9 +52,10 @@ def random_layout(seed):
             neighbors = r.sample(range(sid), min(sid, r.randint(0, 2)))
             arena.add_storage(sid, cost, neighbors, evictable=r.random() < 0.9)
             arena.touch(sid, now - r.choice([0, 1, 2, 4, 8]))
-            cls = r.choice([EXPENSIVE, CHEAP])
+            placement = r.choice([EXPENSIVE, CHEAP])
             anonymous = r.random() < 0.1
-            offset = arena.allocate(64 * r.randint(1, 4), cls, NO_STORAGE if anonymous else sid)
+            offset = arena.allocate(64 * r.randint(1, 4), placement,
+                                    NO_STORAGE if anonymous else sid)
             if offset < 0:
                 break
             if r.random() < 0.3:
