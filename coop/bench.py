@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from coop import replay as R
 from coop.models.paper import PAPER_MODELS, record_trace
-from coop.runtime import POLICY_TABLE
+from coop.policies import POLICIES
 
 DEFAULT_POLICIES = ("coop", "dtr", "dte", "lru", "dtr-ideal", "coop-no-partition",
                     "coop-no-inplace", "coop-loop")
@@ -51,7 +51,7 @@ def add_arguments(parser):
     parser.add_argument("--models", default=",".join(PAPER_MODELS),
                         help="comma-separated paper models, or 'none' (default: all nine)")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
-                        help=f"comma-separated, of: {', '.join(POLICY_TABLE)}")
+                        help=f"comma-separated, of: {', '.join(POLICIES)}")
     parser.add_argument("--step", type=float, default=0.01, help="ratio step (default 0.01)")
     parser.add_argument("--patience", type=int, default=5,
                         help="stop a policy's sweep after this many failures in a row")
@@ -81,7 +81,7 @@ def _names(text, known, what):
 def check(args):
     """(models, policies) from args; SystemExit naming the first bad argument."""
     models = _names(args.models, list(PAPER_MODELS), "model")
-    policies = _names(args.policies, list(POLICY_TABLE), "policy")
+    policies = _names(args.policies, list(POLICIES), "policy")
     if not policies:
         raise SystemExit("coop bench: --policies names no policy")
     if not 0 < args.step < 1:

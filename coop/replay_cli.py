@@ -8,7 +8,7 @@ import json
 
 from coop import replay as R
 from coop.budget import parse_budget
-from coop.runtime import POLICY_TABLE
+from coop.policies import POLICIES
 
 ROWS = [  # (label, key, format)
     ("status", "status", "{}"),
@@ -34,7 +34,7 @@ def add_arguments(parser):
     parser.add_argument("--budget", required=True,
                         help="a ratio of the unlimited peak (0.5) or a size (6GiB, 512MB)")
     parser.add_argument("--policy", default="coop",
-                        help=f"one or more, comma-separated, of: {', '.join(POLICY_TABLE)}")
+                        help=f"one or more, comma-separated, of: {', '.join(POLICIES)}")
     parser.add_argument("--format", choices=("coop", "dtr"), default=None,
                         help="the trace's format (default: sniffed from its first record)")
     parser.add_argument("--alignment", type=int, default=None,
@@ -61,9 +61,9 @@ def parse_ratio_or_size(text):
 def main(args):
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     for p in policies:
-        if p not in POLICY_TABLE:
+        if p not in POLICIES:
             raise SystemExit(f"coop replay: unknown policy {p!r}; choose from "
-                             f"{', '.join(POLICY_TABLE)}")
+                             f"{', '.join(POLICIES)}")
     try:
         kind, value = parse_ratio_or_size(args.budget)
     except ValueError as e:

@@ -45,14 +45,15 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import coop  # noqa: E402
+from coop.policies import get_policy  # noqa: E402
 
 MB = 1 << 20
 FREE, CHEAP_USED, EXPENSIVE_USED, ANONYMOUS = range(4)
 STATE_NAMES = ("free", "used, cheap", "used, expensive", "anonymous / unevictable")
 STATE_COLORS = ("#f2f2f2", "#f5a623", "#2b6cb0", "#555555")
 # name -> (the core's policy, whether cheap tensors go to the high end of their free range)
-POLICIES = {"dtr": ("dtr", False), "coop": ("coop", True), "coop-no-partition": ("coop", False),
-            "none": ("none", False)}
+POLICIES = {name: (get_policy(name).core, get_policy(name).partition)
+            for name in ("dtr", "coop", "coop-no-partition", "none")}
 
 
 # one op's output: its size, placement class, own cost, input sids and whether it is evictable

@@ -1,0 +1,64 @@
+"""The runtime's eviction policies, one frozen record each.
+
+A runtime policy is a core policy (how the arena chooses victims: one of ``coop.POLICIES``) plus
+how the runtime drives it: whether cheap tensors go to the high end of their free range
+(``partition``), whether in-place kernels take the recomputable in-place path (``inplace``), and
+whether memory is a plain sum of sizes (``ideal``: an ideal arena, as DTR's simulator counted it).
+"""
+from dataclasses import dataclass, field
+
+from coop._core import POLICIES as CORE_POLICIES
+
+__all__ = ["POLICIES", "Policy", "get_policy"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One runtime policy.
+
+    name: what users pass (``Runtime(policy=...)``, ``coop replay --policy``);
+    core: the arena's policy, one of ``coop.POLICIES``;
+    partition: CHEAP tensors at the high end of their free range, EXPENSIVE at the low end
+    (else every tensor is placed EXPENSIVE);
+    inplace: in-place kernels run through the recomputable in-place path;
+    ideal: needs an ideal arena (``SimBackend(budget, ideal=True)``), and only it takes one;
+    core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
+    of ``core`` in ``coop.POLICIES``), for Cython owners.
+    """
+
+    name: str
+    core: str
+    partition: bool
+    inplace: bool
+    ideal: bool = False
+    core_code: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.core not in CORE_POLICIES:
+            raise ValueError(f"policy {self.name!r}: unknown core policy {self.core!r}; "
+                             f"choose one of {', '.join(CORE_POLICIES)}")
+        object.__setattr__(self, "core_code", CORE_POLICIES.index(self.core))
+
+
+#: runtime policy name -> Policy
+POLICIES = {p.name: p for p in (
+    Policy("coop", "coop", partition=True, inplace=True),
+    Policy("dtr", "dtr", partition=False, inplace=True),
+    Policy("dte", "dte", partition=False, inplace=True),
+    Policy("lru", "lru", partition=False, inplace=True),
+    Policy("size", "size", partition=False, inplace=True),
+    Policy("none", "none", partition=False, inplace=True),
+    Policy("coop-no-partition", "coop", partition=False, inplace=True),
+    Policy("coop-no-inplace", "coop", partition=True, inplace=False),
+    Policy("coop-loop", "dtr", partition=True, inplace=True),
+    # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
+    Policy("dtr-ideal", "dtr", partition=False, inplace=True, ideal=True),
+)}
+
+
+def get_policy(name):
+    """The Policy called name; ValueError naming the choices for anything else."""
+    try:
+        return POLICIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}") from None

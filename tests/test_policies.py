@@ -1,0 +1,63 @@
+"""coop.policies: one frozen record per runtime policy."""
+import dataclasses
+
+import pytest
+
+from coop._core import POLICIES as CORE_POLICIES
+from coop.policies import POLICIES, Policy, get_policy
+
+#: name -> (core policy, partition, inplace, ideal): the runtime's table, spelled out
+EXPECTED = {
+    "coop": ("coop", True, True, False),
+    "dtr": ("dtr", False, True, False),
+    "dte": ("dte", False, True, False),
+    "lru": ("lru", False, True, False),
+    "size": ("size", False, True, False),
+    "none": ("none", False, True, False),
+    "coop-no-partition": ("coop", False, True, False),
+    "coop-no-inplace": ("coop", True, False, False),
+    "coop-loop": ("dtr", True, True, False),
+    "dtr-ideal": ("dtr", False, True, True),
+}
+
+
+def test_the_table():
+    assert list(POLICIES) == list(EXPECTED)
+    for name, (core, partition, inplace, ideal) in EXPECTED.items():
+        p = POLICIES[name]
+        assert (p.name, p.core, p.partition, p.inplace, p.ideal) == (name, core, partition,
+                                                                      inplace, ideal)
+        assert get_policy(name) is p
+        assert p.core_code == CORE_POLICIES.index(core)
+
+
+def test_core_codes_are_the_cores():
+    """core_code is PolicyCode of _core.pxd: P_COOP = 0 ... P_NONE = 5, in coop.POLICIES order."""
+    assert CORE_POLICIES == ("coop", "dtr", "dte", "lru", "size", "none")
+    assert {p.core: p.core_code for p in POLICIES.values()} == {
+        "coop": 0, "dtr": 1, "dte": 2, "lru": 3, "size": 4, "none": 5}
+    assert set(CORE_POLICIES) <= set(POLICIES)    # every core policy is a runtime policy too
+
+
+def test_records_are_frozen():
+    p = get_policy("coop")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.partition = False
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.core_code = 1
+    assert p == Policy("coop", "coop", partition=True, inplace=True)
+    assert hash(p) == hash(Policy("coop", "coop", True, True))
+
+
+@pytest.mark.parametrize("name", ["fifo", "", "COOP", "dtr ", None, 3, 1.5, ["coop"], {"coop"},
+                                  b"coop"])
+def test_unknown_policies(name):
+    with pytest.raises(ValueError, match=r"unknown policy .*; choose one of coop, dtr, dte, lru, "
+                                         r"size, none, coop-no-partition, coop-no-inplace, "
+                                         r"coop-loop, dtr-ideal"):
+        get_policy(name)
+
+
+def test_a_record_needs_a_core_policy():
+    with pytest.raises(ValueError, match="unknown core policy 'fifo'"):
+        Policy("mine", "fifo", partition=False, inplace=True)
