@@ -26,6 +26,12 @@ extensions = [
         extra_compile_args=compile_args + ["-std=c++17"],
     ),
     Extension(
+        "coop._engine",
+        ["coop/_engine.pyx"],
+        language="c++",
+        extra_compile_args=compile_args + ["-std=c++17"],
+    ),
+    Extension(
         "coop._replay",
         ["coop/_replay.pyx"],
         language="c++",

@@ -168,8 +168,8 @@ def part_b(args):
             rows.append((f"{kernel_name}, {size_name}", direct, applied, applied / direct))
             overheads.append(applied - direct)
         stats = rt.stats()
-        assert stats["arena_evictions"] == 0 and stats["recomputes"] == 0
-        assert stats["arena_used_bytes"] == sum(a.nbytes for a in arrays)   # every output released
+        assert stats["evictions"] == 0 and stats["recomputes"] == 0
+        assert stats["used_bytes"] == sum(a.nbytes for a in arrays)   # every output released
     low, high = min(overheads) * 1e6, max(overheads) * 1e6
     summary = (f"coop.apply adds {low:.1f} to {high:.1f} us per op "
                f"(median {statistics.median(overheads) * 1e6:.1f} us); {args.ops} calls per run on "

@@ -83,7 +83,7 @@ def main(argv=None):
           f"block={args.block} batch={args.batch}; {opts.steps} steps, cost model cpu")
 
     base = run_once(example, args, data, args.probe_budget, opts.steps)
-    peak = base[2]["arena_peak_used_bytes"]
+    peak = base[2]["peak_used_bytes"]
     print(f"unlimited: peak {peak:,} bytes ({peak / MB:.2f} MiB), wall {base[3]:.2f} s, "
           f"losses {[round(x, 4) for x in base[0]]}")
 
@@ -106,9 +106,9 @@ def main(argv=None):
                 continue
             losses, state, stats, wall = got
             rows.append((policy, ratio, dict(
-                peak=stats["arena_peak_used_bytes"], wall=wall,
+                peak=stats["peak_used_bytes"], wall=wall,
                 overhead=stats["cost_total"] / base[2]["cost_first"],
-                evictions=stats["arena_evictions"], recomputes=stats["recomputes"],
+                evictions=stats["evictions"], recomputes=stats["recomputes"],
                 identical=identical((losses, state), base[:2]))))
             bar.set_postfix(policy=policy, ratio=ratio)
         if failed == len(opts.policies) and ratio <= 0.3 + 1e-9:

@@ -22,13 +22,13 @@ def main():
     print(f"{'model':<13} {'batch':>5} {'params':>12} {'step (ms)':>10} {'peak (GiB)':>10} "
           f"{'ops':>7} {'wall (s)':>8}")
     for name in args.names:
-        rt = coop.Runtime(coop.SimBackend("1000GiB", policy="coop"), cost="a100-80gb")
+        rt = coop.Runtime(coop.SimBackend("1000GiB"), policy="coop", cost="a100-80gb")
         start = time.perf_counter()
         stats = paper.training_step(rt, name, args.batch, args.optimizer)
         wall = time.perf_counter() - start
         batch = paper.PAPER_MODELS[name].batch if args.batch is None else args.batch
         print(f"{name:<13} {batch:>5} {paper.num_parameters(name):>12,} "
-              f"{stats['cost_total'] / 1e6:>10.1f} {stats['arena_peak_used_bytes'] / GiB:>10.2f} "
+              f"{stats['cost_total'] / 1e6:>10.1f} {stats['peak_used_bytes'] / GiB:>10.2f} "
               f"{stats['ops']:>7} {wall:>8.2f}")
 
 

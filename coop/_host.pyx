@@ -37,7 +37,8 @@ import warnings
 
 import numpy
 
-from coop._core import EXPENSIVE, POLICIES
+from coop._core import EXPENSIVE
+from coop.backends.base import Backend
 
 cnp.import_array()
 
@@ -61,10 +62,6 @@ NAME = "coop_host"
 cdef const char* CAPSULE_NAME = "mem_handler"   # NumPy accepts only capsules of this name
 
 
-def _nothing(victims):
-    """The eviction callback when none is set: no storages are registered, so it is never called."""
-
-
 cdef void _release_backend(object capsule) noexcept:
     """Capsule destructor: drop the reference that kept the handler's backend alive."""
     cdef void* backend = PyCapsule_GetContext(capsule)
@@ -78,29 +75,21 @@ cdef class HostBackend:
     cdef readonly Arena arena          # pieces of buf; the handler's frees come back here
     cdef char* buf                     # capacity bytes aligned to the alignment; NULL once freed
     cdef PyDataMem_Handler handler     # ctx is self; every capsule of it holds a reference to self
-    cdef public int cls                # class of the allocations made now (EXPENSIVE / CHEAP)
-    cdef public double now             # logical clock passed to the core
-    cdef public object evict           # None, or evict(list of storage ids) that frees their pieces
+    cdef public int placement          # placement class of the allocations made now (placing())
     cdef public object last_error      # why the handler last returned NULL (NumPy drops it); or None
-    cdef public list log               # None, or [offset, nbytes (-1 for a free), ...] while a trace records
-    cdef public str policy             # eviction policy name, one of coop.POLICIES (the runtime maps its own)
     cdef object saved                  # ContextVar: handlers that install() replaced, innermost last
     cdef long long n_malloc, n_calloc, n_realloc, n_free   # handler calls, for tests and profiles
     cdef long long n_slow              # allocations that went through allocate_or_evict
     cdef long long n_foreign           # frees/reallocs of memory outside the buffer (ignored)
 
-    def __cinit__(self, nbytes, policy="coop", alignment=64):
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    def __cinit__(self, nbytes, alignment=64):
         self.arena = Arena(nbytes, alignment)
         cdef void* mem = NULL
         cdef size_t align = max(self.arena.alignment, sizeof(void*))
         if posix_memalign(&mem, align, self.arena.capacity) != 0:
             raise MemoryError(f"coop: cannot reserve the {self.arena.capacity}-byte host arena")
         self.buf = <char*>mem
-        self.policy = policy
-        self.cls = EXPENSIVE
-        self.now = 0.0
+        self.placement = EXPENSIVE
         strncpy(self.handler.name, NAME.encode(), 126)
         self.handler.version = 1
         self.handler.allocator.ctx = <void*>self
@@ -179,6 +168,27 @@ cdef class HostBackend:
         cnp.PyDataMem_SetHandler(stack[depth - 1])
         self.saved.set(stack[:depth - 1])
 
+    def placing(self, int placement):
+        """A context: install the handler, its allocations placed with this placement class
+        (EXPENSIVE, CHEAP or LOWEST); the previous class is restored on every exit."""
+        cdef _Placing ctx = _Placing.__new__(_Placing)
+        ctx.backend = self
+        ctx.placement = placement
+        return ctx
+
+    def array_at(self, Py_ssize_t offset, Py_ssize_t nbytes):
+        """A flat uint8 array over nbytes of the buffer at offset (it keeps the backend alive,
+        not the piece: the caller owns the piece's lifetime)."""
+        if self.buf == NULL or offset < 0 or nbytes < 0 or \
+                <size_t>(offset + nbytes) > self.arena.capacity:
+            raise ValueError(f"coop: no {nbytes} bytes at offset {offset} of the host arena")
+        cdef cnp.npy_intp n = nbytes
+        cdef cnp.ndarray out = cnp.PyArray_SimpleNewFromData(1, &n, cnp.NPY_UINT8,
+                                                             <void*>(self.buf + offset))
+        cnp.PyArray_SetBaseObject(out, self)
+        Py_INCREF(self)       # PyArray_SetBaseObject steals a reference
+        return out
+
     def __enter__(self):
         self.last_error = None
         self.install()
@@ -194,7 +204,7 @@ cdef class HostBackend:
 
     def __repr__(self):
         return (f"<coop.HostBackend capacity={self.arena.capacity} "
-                f"used={self.arena.used_bytes} policy={self.policy!r}>")
+                f"used={self.arena.used_bytes}>")
 
     # ---- allocation (GIL held) ----------------------------------------------------------------
 
@@ -216,25 +226,45 @@ cdef class HostBackend:
         """Best fit without Python calls; else the eviction loop. NULL (and last_error) on failure."""
         cdef Py_ssize_t offset = -1
         if nbytes <= self.arena.capacity:
-            offset = self.arena.c_allocate(self.arena.request_size(nbytes), self.cls, -1)
+            offset = self.arena.c_allocate(self.arena.request_size(nbytes), self.placement, -1)
+            if offset >= 0:
+                self.arena.c_log_request(nbytes)
         if offset < 0:
             offset = self._allocate_slow(nbytes)
             if offset < 0:
                 return NULL
-        if self.log is not None:
-            self.log.append(offset)
-            self.log.append(nbytes)
         return self.buf + offset
 
     cdef Py_ssize_t _allocate_slow(self, size_t nbytes) noexcept:
         self.n_slow += 1
         try:
-            return self.arena.allocate_or_evict(
-                nbytes, self.cls, self.policy, self.now,
-                self.evict if self.evict is not None else _nothing)
+            return self.arena.c_request(nbytes, self.placement)
         except BaseException as error:   # nothing may propagate into NumPy's C code
             self.last_error = error
             return -1
+
+
+cdef class _Placing:
+    """HostBackend.placing's context (a C class: it runs around every kernel)."""
+    cdef HostBackend backend
+    cdef int placement
+    cdef int saved
+
+    def __enter__(self):
+        self.saved = self.backend.placement
+        self.backend.placement = self.placement
+        try:
+            return self.backend.__enter__()
+        except BaseException:
+            self.backend.placement = self.saved
+            raise
+
+    def __exit__(self, exc_type, exc, tb):
+        self.backend.placement = self.saved
+        return self.backend.__exit__(exc_type, exc, tb)
+
+
+Backend.register(HostBackend)
 
 
 cdef void* _malloc(void* ctx, size_t nbytes) noexcept with gil:
@@ -279,22 +309,17 @@ cdef void* _realloc(void* ctx, void* ptr, size_t nbytes) noexcept with gil:
         if backend.arena.request_size(nbytes) == old_size:
             return ptr
         # shrink: move if a smaller piece is free now, else keep the larger one
-        offset = backend.arena.c_allocate(backend.arena.request_size(nbytes), backend.cls, -1)
+        offset = backend.arena.c_allocate(backend.arena.request_size(nbytes), backend.placement, -1)
         if offset < 0:
             return ptr
         moved = backend.buf + offset
-        if backend.log is not None:
-            backend.log.append(offset)
-            backend.log.append(nbytes)
+        backend.arena.c_log_request(nbytes)
     else:
         moved = backend._allocate(nbytes)
         if moved == NULL:
             return NULL
     memcpy(moved, ptr, min(old_size, nbytes))
     backend.arena.c_free(old_offset)
-    if backend.log is not None:
-        backend.log.append(old_offset)
-        backend.log.append(-1)
     return moved
 
 
@@ -310,6 +335,3 @@ cdef void _free(void* ctx, void* ptr, size_t size) noexcept with gil:
         backend.n_foreign += 1
         return
     backend.arena.c_free(<uintptr_t>ptr - <uintptr_t>backend.buf)
-    if backend.log is not None:
-        backend.log.append(<uintptr_t>ptr - <uintptr_t>backend.buf)
-        backend.log.append(-1)

@@ -1,6 +1,6 @@
 """Replaying a trace under a budget and policy on the real arena core (docs/trace-format.md).
 
-``replay(trace, ratio=0.5, policy="coop")`` returns DESIGN.md's metrics for one run. The
+``replay(trace, ratio=0.5, policy="coop")`` returns docs/design.md's metrics for one run. The
 budget is a ratio of the trace's unlimited peak (``peak(trace)``: the arena's peak used bytes
 when nothing is evicted) or a number of bytes. The replayer is coop/_replay.pyx: the runtime's
 residency rules over integer storages, so a trace recorded from a run replays with that run's
@@ -10,17 +10,18 @@ import os
 import time
 
 from coop._core import Arena
-from coop._replay import Program, Replayer, _Thrash
+from coop._engine import Thrash
+from coop._replay import Program, Replayer
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
-from coop.runtime import POLICY_TABLE
+from coop.policies import get_policy
 from coop.trace import load
 
 __all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
 
 #: the simulation backend's alignment, used when a trace does not name one
 DEFAULT_ALIGNMENT = 512
-#: compute overhead above which a run counts as thrashing (DESIGN.md)
+#: compute overhead above which a run counts as thrashing (docs/design.md#thrash)
 THRASH = 2.0
 _UNLIMITED = 1 << 50
 
@@ -39,7 +40,7 @@ def _alignment(program, alignment):
 
 def unlimited(trace, alignment=None):
     """The unlimited run: its metrics, with peak_used_bytes (the budget ratios' denominator)
-    and lower_bound_bytes (DESIGN.md's bound, evaluated per op: live constants plus the op's
+    and lower_bound_bytes (docs/design.md's bound, evaluated per op: live constants plus the op's
     other inputs and outputs)."""
     program = _program(trace)
     # placed as under the default policy (coop: partitioned), as runs are recorded: moving a
@@ -55,7 +56,7 @@ def peak(trace, alignment=None):
 def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash=THRASH,
            peak_bytes=None):
     """Replay trace (a path or Program) under a budget (bytes: an int or "6GiB") or a ratio of
-    its unlimited peak, with one of coop.POLICY_TABLE's policies.
+    its unlimited peak, with one of coop.policies.POLICIES.
 
     Returns a dict: status ("ok", "oom" or "thrash": stopped once the compute overhead passed
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
@@ -63,8 +64,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     wall_time (s), records_per_s, and the budget in bytes and as a ratio.
     """
     program = _program(trace)
-    if policy not in POLICY_TABLE:
-        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_TABLE)}")
+    ideal = get_policy(policy).ideal
     if (budget is None) == (ratio is None):
         raise ValueError("give exactly one of budget (bytes) and ratio (of the unlimited peak)")
     align = _alignment(program, alignment)
@@ -76,11 +76,9 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         nbytes = max(int(ratio * peak_bytes), align)
     else:
         nbytes = parse_budget(budget)
-    core_policy, partition, inplace = POLICY_TABLE[policy]
-    ideal = policy == "dtr-ideal"
     arena = Arena(nbytes, align, ideal=ideal)
     limit = thrash * program.cost_first if thrash else 0.0
-    replayer = Replayer(program, arena, core_policy, policy, partition, inplace, limit)
+    replayer = Replayer(program, arena, policy, limit)
     status = "ok"
     t0 = time.perf_counter()
     try:
@@ -88,7 +86,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         replayer.finish()
     except OutOfMemoryError:
         status = "oom"
-    except _Thrash:
+    except Thrash:
         status = "thrash"
     wall = time.perf_counter() - t0
     counters = replayer.counters()
@@ -116,7 +114,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "failed_allocations": stats["failed_allocations"],
         "largest_free_ratio": stats["largest_free_ratio"],
         "peak_used_bytes": stats["peak_used_bytes"],
-        "lower_bound_bytes": counters["bound_bytes"],
+        "lower_bound_bytes": counters["lower_bound_bytes"],
         "records": counters["records"],
         "wall_time": wall,
         "records_per_s": counters["records"] / wall if wall > 0 else float("inf"),

@@ -1,38 +1,27 @@
-"""The rematerialization runtime: runs kernels on coop Tensors, records the tape, evicts and
-recomputes.
+"""The runtime: coop's Python face. It runs kernels on coop Tensors through the residency
+engine (coop._engine), which decides what is resident, evicts and recomputes.
 
-One Runtime drives one backend (host, device or simulation; see docs/backends.md). The arena
-core decides *what* to evict; this module decides what evicting and recomputing *mean*:
-dropping a storage's array, and running its producer Op again (iteratively, pinning what it
-needs, evicting temporaries right after their one use).
+A Runtime is an engine plus an executor for its backend: arrays on the host or a CuPy device
+(coop.executor.ArrayExecutor), sizes only on the simulation backend (SimExecutor). Per op,
+Python does what only Python can (call the kernel, find where its outputs landed, make the
+Tensors); every residency rule is the engine's, the same that replays traces.
 """
 import contextvars
 import math
-import time
-import weakref
 
 import numpy
 
 from coop._core import CHEAP, EXPENSIVE, LOWEST
-from coop.arrays import build_view, flat_bytes, host_copy, view_of
-from coop.kernel import DEVICES, DeviceSpec, as_kernel
-from coop.residency import Residency, _unique
-from coop.tensor import Op, Storage, Tensor, View
+from coop._engine import Engine
+from coop.arrays import host_copy
+from coop.executor import ArrayExecutor, OpRecord, SimExecutor
+from coop.kernel import DEVICES, DeviceSpec, Kernel, as_kernel
+from coop.policies import POLICIES, get_policy
+from coop.tensor import Tensor, View
 
-#: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place)
-POLICY_TABLE = {
-    "coop": ("coop", True, True),
-    "dtr": ("dtr", False, True),
-    "dte": ("dte", False, True),
-    "lru": ("lru", False, True),
-    "size": ("size", False, True),
-    "none": ("none", False, True),
-    "coop-no-partition": ("coop", False, True),
-    "coop-no-inplace": ("coop", True, False),
-    "coop-loop": ("dtr", True, True),
-    # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
-    "dtr-ideal": ("dtr", False, True),
-}
+#: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place);
+#: kept for callers of earlier versions: coop.policies.POLICIES holds the records
+POLICY_TABLE = {name: (p.core, p.partition, p.inplace) for name, p in POLICIES.items()}
 
 _current = []
 
@@ -53,37 +42,25 @@ def apply(kernel, *inputs, **attrs):
     return get_runtime().apply(kernel, *inputs, **attrs)
 
 
-class Runtime(Residency):
+class Runtime:
     """The tape and its execution under one backend's budget.
 
-    cost: None times host kernels (ns); a DeviceSpec or a name in coop.kernel.DEVICES models
-    every op by its FLOPs and bytes (the simulation and device backends default to a model).
-    classifier: "type" (the kernel's class, from the table of expensive ops) or "density"
-    (EXPENSIVE when cost per output byte >= density_threshold ns/B).
+    policy: a name of coop.policies.POLICIES. cost: None times host kernels (ns); a
+    DeviceSpec or a name in coop.kernel.DEVICES models every op by its FLOPs and bytes (the
+    simulation and device backends default to a model). classifier: "type" (the kernel's
+    class, from the table of expensive ops) or "density" (EXPENSIVE when cost per output byte
+    >= density_threshold ns/B, decided before the outputs are placed).
     """
 
-    def __init__(self, backend, policy=None, cost=None, classifier="type",
+    def __init__(self, backend, policy="coop", cost=None, classifier="type",
                  density_threshold=1.0, seed=0):
-        policy = policy or backend.policy
-        if policy not in POLICY_TABLE:
-            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_TABLE)}")
+        record = get_policy(policy)
         if classifier not in ("type", "density"):
             raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
-        if (policy == "dtr-ideal") != backend.arena.ideal:
-            raise ValueError("policy 'dtr-ideal' needs, and only it takes, an ideal arena: "
-                             "use coop.SimBackend(budget, ideal=True) with policy='dtr-ideal'")
-        previous = getattr(backend.evict, "__self__", None)
-        if isinstance(previous, Runtime) and len(previous._storages):
-            # its storage ids would collide with ours, and its evictions would reach us
-            raise ValueError("this backend already serves another coop.Runtime that still has "
-                             "tensors; make one backend per runtime")
-        self.backend = backend
-        self.arena = backend.arena
-        self.xp = backend.xp
-        self.policy = policy
-        core_policy, self.partition, self.inplace = POLICY_TABLE[policy]
-        backend.policy = core_policy
-        backend.evict = self._evict
+        arena = getattr(backend, "arena", None)
+        if arena is None or not hasattr(backend, "placing"):
+            raise TypeError(f"a coop.Runtime needs a coop backend (coop.numpy_allocator, "
+                            f"coop.allocator, coop.SimBackend), got {type(backend).__name__}")
         if cost is None and backend.xp is not numpy:
             cost = "a100-80gb"
         if isinstance(cost, str):
@@ -92,19 +69,29 @@ class Runtime(Residency):
             cost = DEVICES[cost]
         if cost is not None and not isinstance(cost, DeviceSpec):
             raise TypeError(f"cost must be None, a device name or a DeviceSpec, got {cost!r}")
+        previous = arena.owner
+        if previous is not None:
+            if previous.live_storages:
+                # its storage ids would collide with ours, and its evictions would reach us
+                raise ValueError("this backend already serves another coop.Runtime that still has "
+                                 "tensors; make one backend per runtime")
+            previous.close()
+        self.backend = backend
+        self.arena = arena
+        self.xp = backend.xp
+        self._sim = backend.xp is None
+        self._executor = SimExecutor(backend) if self._sim else ArrayExecutor(backend)
+        self._engine = Engine(arena, record.name, self._executor)
+        self.policy = record.name
+        self._partition = record.partition
         self.cost_model = cost
         self.classifier = classifier
         self.density_threshold = density_threshold
+        self._density = {}   # kernel name -> last measured cost per output byte (timing)
         self.seed = seed
-        self.clock = 0.0
         self.trace = None
-        self._next_sid = 0
         self._random_ops = 0
-        self._storages = weakref.WeakValueDictionary()   # sid -> Storage
-        self._pins = {}                                    # sid -> pins held by the runtime
         self.shared = {}     # constants modules share (coop.nn's causal masks), by key
-        self.counters = dict(ops=0, recomputes=0, cost_first=0.0, cost_total=0.0,
-                             eager_evictions=0, demotions=0, releases=0, held=0)
 
     # ---- entering ---------------------------------------------------------------------------
 
@@ -124,30 +111,34 @@ class Runtime(Residency):
         if self.trace is not None:
             self.trace.start()
 
+    @property
+    def clock(self):
+        """The logical clock: the cost of every op run so far, recomputes included."""
+        return self._engine.clock
+
     # ---- creating tensors -------------------------------------------------------------------
 
     def tensor(self, data, dtype=None, requires_grad=False):
         """A constant (never evicted) holding a copy of data, in the arena; with
         requires_grad, a leaf of the autograd graph (backward fills its ``.grad``)."""
-        if self.xp is None:
+        engine = self._engine
+        if self._sim:
             shape, dtype = data if _is_spec(data) else (numpy.shape(data), dtype or numpy.float32)
-            storage = self._new_storage(None, 0)
-            storage.nbytes = _nbytes((shape, dtype))
-            view = View(storage, shape, dtype, None, 0)
-            self.arena.add_storage(storage.sid, 0.0, (), evictable=False)
-            self._sim_place(storage, LOWEST)
+            shape, dtype = tuple(shape), numpy.dtype(dtype)
+            nbytes = _nbytes((shape, dtype))
+            sid = engine.constant(nbytes, -1)
+            view = View(self, sid, shape, dtype, None, 0)
         else:
-            with self.backend:
-                self.backend.cls = LOWEST     # constants go first fit from the low end
+            with self.backend.placing(LOWEST):   # constants go first fit from the low end
                 array = self.xp.array(data, dtype=dtype, copy=True)
-                self.backend.cls = EXPENSIVE
-            storage = self._new_storage(None, 0)
-            view = self._adopt_new(storage, array, self._root(array))
-            self.arena.add_storage(storage.sid, 0.0, (), evictable=False)
-            self.arena.bind(self.backend.offset_of(storage.array), storage.sid)
-        self.arena.set_evictable(storage.sid, False)
+            root = array
+            while isinstance(root.base, self.xp.ndarray):
+                root = root.base
+            nbytes = root.nbytes
+            sid = engine.constant(nbytes, self.backend.offset_of(root))
+            view = self._executor.views(self, (array,), ((root, None),), (sid,))[0]
         if self.trace is not None:
-            self.trace.constant(storage)
+            self.trace.constant(sid, nbytes)
         tensor = Tensor(view)
         tensor.requires_grad = bool(requires_grad)
         return tensor
@@ -155,391 +146,178 @@ class Runtime(Residency):
     def materialize(self, *tensors):
         """Keep the tensors' values as constants: rematerialize them if evicted, then forget
         how they were computed. Their producers' records (and the graph behind them, the old
-        values of parameters updated in place since) can then die. Autograd does this to the
-        gradients a backward pass leaves in ``.grad``, as PyTorch's are plain leaves."""
-        storages = [s for s in _unique(t._view.storage for t in tensors) if s.op is not None]
-        self._pin(storages)
-        try:
-            self._make_resident(storages)
-        finally:
-            self._unpin(storages)
-        for s in storages:
-            # the producer's record goes first (what it alone kept alive is freed), then s
-            # settles among the constants
-            s.op.outputs[s.index] = None
-            s.op, s.index = None, 0
-            self._reregister(s, 0.0, (), False, settle=True)
+        values of parameters updated in place since) can then die, and each value settles at
+        the low end with the constants. Autograd does this to the gradients a backward pass
+        leaves in ``.grad``, as PyTorch's are plain leaves."""
+        engine = self._engine
+        for sid in dict.fromkeys(t._view.sid for t in tensors):
+            info = engine.info(sid)
+            if info is None or info["producer"] is None:
+                continue
+            engine.materialize(sid)
             if self.trace is not None:
-                self.trace.materialize(s)
-
-    def _reregister(self, storage, cost, neighbours, evictable, settle=False):
-        """Register a resident storage anew (a new producer, or none: a constant), keeping its
-        memory (or, settling a new constant, moving it lower) and its pins."""
-        info = self.arena.storage_info(storage.sid)
-        self.arena.remove_storage(storage.sid)
-        self.arena.add_storage(storage.sid, cost, neighbours, evictable=evictable)
-        if settle:
-            self._settle(storage, info["offset"])
-        else:
-            self.arena.bind(info["offset"], storage.sid)
-        for _ in range(info["pins"]):
-            self.arena.pin(storage.sid)
-
-    def _settle(self, storage, offset):
-        """Bind a new constant at offset, or move it (a copy) to the lowest free range that
-        holds it when that lies below offset: constants belong together at the low end. Never
-        evicts to make room."""
-        target = self.arena.lowest_fit(storage.nbytes)
-        if not 0 <= target < offset:
-            self.arena.bind(offset, storage.sid)
-            return
-        if self.xp is None:
-            storage.array = self.arena.allocate(storage.nbytes, LOWEST)
-            self.arena.bind(storage.array, storage.sid)
-            self.arena.free(offset)
-            return
-        with self.backend:
-            self.backend.cls = LOWEST
-            moved = flat_bytes(self.xp.array(storage.array, copy=True))
-            self.backend.cls = EXPENSIVE
-        self.arena.bind(self.backend.offset_of(moved), storage.sid)
-        storage.array = moved      # the old memory, anonymous now, is freed with its array
+                self.trace.materialize(sid)
 
     # ---- apply --------------------------------------------------------------------------------
 
     def apply(self, kernel, *inputs, **attrs):
-        """Run kernel on Tensors: pin and rematerialize the inputs, run, record the Op.
+        """Run kernel on Tensors: the engine pins and rematerializes the inputs, the kernel
+        runs, the engine records the op and its outputs.
 
         Returns a Tensor, or a tuple of Tensors when the kernel returns a tuple.
         """
-        kernel = as_kernel(kernel)
+        if type(kernel) is not Kernel:
+            kernel = as_kernel(kernel)
         views = []
+        sids = []
         for i, t in enumerate(inputs):
-            if not isinstance(t, Tensor):
+            try:
+                view = t._view
+            except AttributeError:
                 raise TypeError(f"input {i} of kernel {kernel.name!r} is a {type(t).__name__}, "
-                                "not a coop.Tensor; wrap constants with runtime.tensor(...)")
-            if t.runtime is not self:
+                                "not a coop.Tensor; wrap constants with runtime.tensor(...)") from None
+            if view.runtime is not self:
                 raise ValueError(f"input {i} of kernel {kernel.name!r} belongs to another runtime")
-            views.append(t._view)
+            views.append(view)
+            sids.append(view.sid)
         seed = None
         if kernel.random:
             seed = int(numpy.random.SeedSequence([self.seed, self._random_ops]).generate_state(1)[0])
             self._random_ops += 1
-        op = Op(kernel, views, attrs, kernel.cls, seed)
-        storages = _unique(v.storage for v in views)
-        self._pin(storages)
+        rec = OpRecord(kernel, views, attrs, seed)
+        placement = self._placement(rec)
+        engine = self._engine
+        executor = self._executor
+        o = engine.begin(sids, placement)
+        if kernel.inplace is not None:
+            return self._apply_inplace(o, rec, placement)
+        where = placement if self._partition else EXPENSIVE
+        if self._sim:
+            return self._sim_first(o, rec)
+        trace = self.trace
         try:
-            self._make_resident(storages)
-            if kernel.inplace is not None:
-                return self._apply_inplace(op, storages)
-            if self.xp is None:
-                return self._sim_first(op)
-            outs, elapsed = self._execute(op, recompute=False)
-            result = self._adopt_first(op, outs, elapsed)
-        finally:
-            if getattr(self.backend, "log", None) is not None:
-                self.backend.log = None
-            self._unpin(storages)
-        return result
+            if trace is not None:
+                self.arena.start_log()
+            outs, elapsed = executor.call(rec, [executor.array(v) for v in views], where)
+            placed = executor.adopt(outs, where)
+        except BaseException:
+            if trace is not None:
+                self.arena.take_log()
+            engine.abort(o)
+            raise
+        cost = self._cost(rec, elapsed, [(x.shape, x.dtype) for x in outs])
+        out_sids = engine.finish_call(o, cost, [(root.nbytes, offset) for root, offset in placed])
+        rec.outputs = [(x.shape, x.dtype) for x in outs]
+        executor.record(o, rec)
+        out_views = executor.views(self, outs, placed, out_sids)
+        del outs, placed
+        if trace is not None:
+            self._trace_call(rec, out_views, cost, placement, self.arena.take_log())
+        if len(out_views) == 1:
+            return Tensor(out_views[0])
+        return tuple(Tensor(v) for v in out_views)
 
-    def _execute(self, op, recompute):
-        """Run op's kernel on its (resident, pinned) inputs; return (outputs, elapsed ns)."""
-        kernel = op.kernel
-        backend = self.backend
-        arrays = [self._array(v) for v in op.inputs]
-        attrs = op.attrs
-        if kernel.wants_xp:
-            attrs = dict(attrs, xp=self.xp)
-        if op.seed is not None:
-            attrs = dict(attrs, rng=self.xp.random.default_rng(op.seed))
-        backend.cls = op.cls if self.partition else EXPENSIVE
-        if not recompute and self.trace is not None and getattr(backend, "log", False) is None:
-            backend.log = []   # a host trace records the kernel's allocations and frees
+    def _sim_first(self, o, rec):
+        """A first run on the simulation backend: outputs sized by the kernel's shape rule."""
+        kernel = rec.kernel
+        engine = self._engine
         try:
-            with backend:
-                fresh = None
-                if recompute and kernel.inplace is not None:
-                    # recompute of an in-place op: copy the old value (its input), mutate the copy
-                    i = kernel.inplace
-                    fresh = self.xp.array(op.inputs[i].storage.array, copy=True)
-                    arrays[i] = build_view(self.xp, fresh, op.inputs[i])
-                start = time.perf_counter_ns()
-                out = kernel.fn(*arrays, **attrs)
-                elapsed = time.perf_counter_ns() - start
-                if kernel.inplace is not None:
-                    out = fresh if fresh is not None else arrays[kernel.inplace]
-                elif isinstance(out, numpy.generic) or (
-                        isinstance(out, tuple) and any(isinstance(o, numpy.generic) for o in out)):
-                    # NumPy returns scalars from full reductions: make them 0-d arrays, here
-                    # inside the arena
-                    out = tuple(_as_array(self.xp, o) for o in out) if isinstance(out, tuple) \
-                        else _as_array(self.xp, out)
-        finally:
-            backend.cls = EXPENSIVE
-        del arrays, fresh
-        outs = out if isinstance(out, tuple) else (out,)
-        if not outs:
-            raise TypeError(f"kernel {kernel.name!r} returned no output (an empty tuple); kernels "
-                            f"must return {self.xp.__name__} arrays (or a tuple of them)")
-        for k, o in enumerate(outs):
-            if not isinstance(o, self.xp.ndarray):
-                raise TypeError(f"kernel {kernel.name!r} returned {type(o).__name__} as output {k}; "
-                                f"kernels must return {self.xp.__name__} arrays (or a tuple of them)")
-        return outs, elapsed
-
-    def _cost(self, op, elapsed, out_views):
-        if self.cost_model is None:
-            return float(elapsed)
-        specs = [v.spec for v in op.inputs]
-        flops = op.kernel.flops(*specs, **op.attrs) if op.kernel.flops else 0.0
-        nbytes = sum(_nbytes(v.spec) for v in op.inputs) + sum(_nbytes(v.spec) for v in out_views)
-        return self.cost_model.cost_ns(flops, nbytes)
-
-    def _adopt_first(self, op, outs, elapsed):
-        """Map a first run's outputs to views: aliases of inputs, or new storages."""
-        by_offset = {self.backend.offset_of(v.storage.array): v.storage for v in op.inputs}
-        new = {}
-        views = []
-        for o in outs:
-            root = self._root(o)
-            offset = self.backend.offset_of(root)
-            if offset is None:   # memory from outside the arena: copy it in
-                with self.backend:
-                    o = self.xp.array(o, copy=True)
-                root = self._root(o)
-                offset = self.backend.offset_of(root)
-            if offset in by_offset:
-                storage = by_offset[offset]
-                views.append(view_of(storage, o, storage.array))
-                op.outputs.append(None)
-                continue
-            if offset not in new:
-                storage = self._new_storage(op, len(op.outputs))
-                new[offset] = storage
-                views.append(self._adopt_new(storage, o, root))
-            else:
-                storage = new[offset]
-                views.append(view_of(storage, o, storage.array))
-            # the record keeps the view's parameters, not its storage (that would be a cycle)
-            op.outputs.append((weakref.ref(storage), views[-1].on(None)))
-        del outs, o, root
-        op.cost = self._cost(op, elapsed, views)
-        if self.classifier == "density":
-            out_bytes = sum(s.nbytes for s in new.values()) or 1
-            op.cls = EXPENSIVE if op.cost / out_bytes >= self.density_threshold else CHEAP
-        neighbours = _neighbours(op.inputs)
-        for offset, storage in new.items():
-            self.arena.add_storage(storage.sid, op.cost, neighbours)
-            self.arena.bind(offset, storage.sid)
-        return self._record(op, views)
-
-    def _record(self, op, views):
-        """A first run is done: link the op to its inputs, account it, hand out Tensors."""
-        for v in op.inputs:
-            v.storage.consumers.add(op)
-        self._account(op, recompute=False)
+            if kernel.shape is None:
+                raise TypeError(f"kernel {kernel.name!r} has no shape rule; the simulation "
+                                "backend needs Kernel(shape=...) to size its outputs")
+            specs = _specs(kernel.shape(*[v.spec for v in rec.inputs], **rec.attrs))
+            cost = self._cost(rec, 0, specs)
+        except BaseException:
+            engine.abort(o)
+            raise
+        outputs = [(_nbytes(spec), -2 - kernel.views if kernel.views is not None and k == 0 else -1)
+                   for k, spec in enumerate(specs)]
+        out_sids = engine.finish_call(o, cost, outputs)
+        out_views = [View(self, sid, tuple(spec[0]), numpy.dtype(spec[1]), None, 0)
+                     for sid, spec in zip(out_sids, specs)]
         if self.trace is not None:
-            self.trace.call(op, views, *self._take_log())
-        tensors = tuple(Tensor(v) for v in views)
-        return tensors if len(tensors) > 1 else tensors[0]
+            self._trace_call(rec, out_views, cost, self._placement(rec), None)
+        if len(out_views) == 1:
+            return Tensor(out_views[0])
+        return tuple(Tensor(v) for v in out_views)
 
-    def _recompute(self, op):
-        """Run op again and give its recomputed outputs back to their (evicted) storages."""
-        if self.xp is None:
-            placed = []
-            try:
-                for entry in op.outputs:
-                    storage = entry[0]() if entry is not None else None
-                    if storage is not None and storage.array is None:
-                        # pinned until all are placed, as a kernel's outputs are while it runs
-                        self._sim_place(storage, op.cls)
-                        self._pin([storage])
-                        placed.append(storage)
-            finally:
-                self._unpin_quietly(placed)
-            self.counters["recomputes"] += 1
-            self._account(op, recompute=True)
-            return
-        outs, elapsed = self._execute(op, recompute=True)
-        for o, entry in zip(outs, op.outputs):
-            if entry is None:
-                continue
-            storage = entry[0]()
-            if storage is None or storage.array is not None:
-                continue
-            root = self._root(o)
-            view = view_of(storage, o, flat_bytes(root))
-            if view.shape != entry[1].shape or view.dtype != entry[1].dtype:
-                raise RuntimeError(f"kernel {op.kernel.name!r} returned {view.shape} {view.dtype} on "
-                                   f"recompute, {entry[1].shape} {entry[1].dtype} the first time")
-            storage.array = flat_bytes(root)
-            self.arena.bind(self.backend.offset_of(root), storage.sid)
-        del outs
-        self.counters["recomputes"] += 1
-        self._account(op, recompute=True)
-
-    def _account(self, op, recompute):
-        self.counters["cost_total"] += op.cost
-        if not recompute:
-            self.counters["ops"] += 1
-            self.counters["cost_first"] += op.cost
-        self.clock += op.cost
-        self.backend.now = self.clock
-        for v in op.inputs:
-            if v.storage.array is not None:
-                self.arena.touch(v.storage.sid, self.clock)
-        for entry in op.outputs:
-            storage = entry[0]() if entry is not None else None
-            if storage is not None and storage.array is not None:
-                self.arena.touch(storage.sid, self.clock)
-
-    # ---- in-place ---------------------------------------------------------------------------
-
-    def _apply_inplace(self, op, storages):
-        """Recomputable in-place: the old value becomes a new storage V with the old producer;
-        recorded readers of the mutated storage S are redirected to V; op becomes S's producer."""
-        i = op.kernel.inplace
-        target = op.inputs[i]
-        s = target.storage
-        readers = [c for c in s.consumers if any(e is not None and e[0]() is not None for e in c.outputs)]
-        v = None
-        if s.op is not None or readers:
-            v = self._new_storage(s.op, s.index)
-            v.nbytes = s.nbytes
-            old_inputs = _neighbours(s.op.inputs) if s.op is not None else []
-            self.arena.add_storage(v.sid, self.arena.storage_info(s.sid)["cost"], old_inputs,
-                                   evictable=s.op is not None)
-            if s.op is None or not self.inplace:
-                # nothing can recompute the old value (or the ablation copies): keep a copy,
-                # taken before the kernel overwrites S. A constant's copy is unevictable: it
-                # goes with the constants (LOWEST: first fit from the low end), not among the
-                # tensors whose windows it would split.
-                self._copy_into(v, s, LOWEST if s.op is None else op.cls)
+    def _apply_inplace(self, o, rec, placement):
+        """Recomputable in-place (the engine's rule): the kernel mutates its input's storage
+        S; S's old value stays recomputable (or copied) for whoever still needs it."""
+        engine = self._engine
+        executor = self._executor
+        i = rec.kernel.inplace
+        target = rec.inputs[i]
+        engine.prepare_inplace(o, [i])
         elapsed = 0
-        if self.xp is not None:
-            # the first run mutates S itself; only a recompute reads V (into a fresh copy).
-            # Nothing is redirected yet, so a kernel that raises leaves the records as they were.
-            outs, elapsed = self._execute(op, recompute=False)
-            del outs
-        op.cost = self._cost(op, elapsed, [target])
-        if self.trace is not None:
-            # the program's storages, before V replaces S in the record
-            self.trace.mutate(op, i, self._take_log()[0])
-        if v is not None:
-            if s.op is not None:
-                s.op.outputs[s.index] = (weakref.ref(v), s.op.outputs[s.index][1])
-            for c in list(s.consumers):
-                c.inputs = [u.on(v) if u.storage is s else u for u in c.inputs]
-                v.consumers.add(c)
-            s.consumers = weakref.WeakSet()
-            op.inputs = [u.on(v) if u.storage is s else u for u in op.inputs]
-        op.outputs.append((weakref.ref(s), View(None, (s.nbytes,), numpy.uint8, (1,), 0)))
-        if s.op is not None:
-            # S's producer is now op: its neighbours are op's inputs (V among them)
-            self._reregister(s, op.cost, _neighbours(u for u in op.inputs if u.storage is not s),
-                             self.arena.storage_info(s.sid)["evictable"])
-            s.op, s.index = op, 0
-        for u in op.inputs:
-            u.storage.consumers.add(op)
-        self._account(op, recompute=False)
+        trace = self.trace
+        if not self._sim:
+            try:
+                if trace is not None:
+                    self.arena.start_log()
+                # the first run mutates S itself; only a recompute reads the old value
+                executor.call(rec, [executor.array(v) for v in rec.inputs],
+                              placement if self._partition else EXPENSIVE)
+            except BaseException:
+                if trace is not None:
+                    self.arena.take_log()
+                engine.abort(o)
+                raise
+            nbytes = executor.arrays[target.sid].nbytes
+            rec.outputs = [((nbytes,), numpy.dtype(numpy.uint8))]
+        cost = self._cost(rec, elapsed, [target.spec])
+        if trace is not None:
+            # the program's storages, before the old value replaces S in the records
+            allocs = None if self._sim else _allocs(self.arena.take_log())[0]
+            trace.mutate(rec.kernel.name, [v.sid for v in rec.inputs], i, cost,
+                         _cls_name(placement), allocs)
+        engine.finish_inplace(o, cost)
+        executor.record(o, rec)
         return Tensor(target)
 
-    def _take_log(self):
-        """A host kernel's allocations since _execute began logging: (events, {offset: index}),
-        events as docs/trace-format.md's `allocs` (bytes, or ~index for a free); frees of
-        memory allocated before (evicted storages) are not the kernel's. (None, {}) if not
-        logging."""
-        log = getattr(self.backend, "log", None)
-        if log is None:
-            return None, {}
-        self.backend.log = None
-        events, live, count = [], {}, 0
-        for k in range(0, len(log), 2):
-            offset, nbytes = log[k], log[k + 1]
-            if nbytes >= 0:
-                events.append(nbytes)
-                live[offset] = count
-                count += 1
-            elif offset in live:
-                events.append(~live.pop(offset))
-        return events, live
-
-    def _copy_into(self, dst, src, cls):
-        """Give dst a resident copy of src's bytes (an arena allocation of class cls)."""
-        if self.xp is None:
-            dst.nbytes = src.nbytes
-            self._sim_place(dst, cls)
+    def _placement(self, rec):
+        """The placement class of the op's outputs, decided before they are placed."""
+        kernel = rec.kernel
+        if self.classifier == "type":
+            return kernel.cls
+        if self.cost_model is not None:
+            inputs = [v.spec for v in rec.inputs]
+            # the outputs' sizes from the shape rule; without one, as large as the largest input
+            specs = _specs(kernel.shape(*inputs, **rec.attrs)) if kernel.shape is not None \
+                else [max(inputs, key=_nbytes)] if inputs else []
+            density = self._cost(rec, 0, specs) / max(sum(_nbytes(s) for s in specs), 1)
         else:
-            with self.backend:
-                self.backend.cls = self._placement(cls)
-                dst.array = flat_bytes(self.xp.array(src.array, copy=True))
-                self.backend.cls = EXPENSIVE
-            self.arena.bind(self.backend.offset_of(dst.array), dst.sid)
-        self.arena.touch(dst.sid, self.clock)
+            density = self._density.get(kernel.name)
+            if density is None:
+                return kernel.cls
+        return EXPENSIVE if density >= self.density_threshold else CHEAP
 
-    # ---- simulation (sizes and costs only) ----------------------------------------------------
+    def _cost(self, rec, elapsed, out_specs):
+        if self.cost_model is None:
+            if self.classifier == "density":
+                self._density[rec.kernel.name] = elapsed / max(sum(_nbytes(s) for s in out_specs), 1)
+            return float(elapsed)
+        specs = [v.spec for v in rec.inputs]
+        kernel = rec.kernel
+        flops = kernel.flops(*specs, **rec.attrs) if kernel.flops else 0.0
+        nbytes = sum(_nbytes(s) for s in specs) + sum(_nbytes(s) for s in out_specs)
+        return self.cost_model.cost_ns(flops, nbytes)
 
-    def _sim_first(self, op):
-        kernel = op.kernel
-        if kernel.shape is None:
-            raise TypeError(f"kernel {kernel.name!r} has no shape rule; the simulation backend "
-                            "needs Kernel(shape=...) to size its outputs")
-        specs = kernel.shape(*[v.spec for v in op.inputs], **op.attrs)
-        specs = [specs] if _is_spec(specs) else list(specs)
-        op.cost = self._cost(op, 0, [View(None, shape, dtype, None, 0) for shape, dtype in specs])
-        neighbours = _neighbours(op.inputs)
-        views, placed = [], []
-        try:
-            for k, (shape, dtype) in enumerate(specs):
-                if kernel.views is not None and k == 0:
-                    views.append(View(op.inputs[kernel.views].storage, shape, dtype, None, 0))
-                    op.outputs.append(None)
-                    continue
-                storage = self._new_storage(op, k)
-                storage.nbytes = _nbytes((shape, dtype))
-                self.arena.add_storage(storage.sid, op.cost, neighbours)
-                views.append(View(storage, shape, dtype, None, 0))
-                op.outputs.append((weakref.ref(storage), views[-1].on(None)))
-                self._sim_place(storage, op.cls)
-                self._pin([storage])
-                placed.append(storage)
-        finally:
-            self._unpin_quietly(placed)
-        return self._record(op, views)
+    def _trace_call(self, rec, out_views, cost, placement, log):
+        inputs = [v.sid for v in rec.inputs]
+        allocs, live = _allocs(log) if log is not None else (None, None)
+        outputs = []
+        engine = self._engine
+        for view in out_views:
+            alias = inputs.index(view.sid) if view.sid in inputs else -1
+            alloc = None
+            if allocs is not None and alias < 0:
+                alloc = live[engine.info(view.sid)["offset"]]
+            outputs.append((view.sid, engine.info(view.sid)["nbytes"] if alias < 0 else 0,
+                            alias, alloc))
+        self.trace.call(rec.kernel.name, inputs, outputs, cost, _cls_name(placement), allocs)
 
-    def _placement(self, cls):
-        """The arena class of an allocation of class cls: LOWEST (constants) as it is; CHEAP
-        and EXPENSIVE when the policy partitions, else all EXPENSIVE."""
-        return cls if cls == LOWEST or self.partition else EXPENSIVE
-
-    def _sim_place(self, storage, cls):
-        storage.array = self.arena.allocate_or_evict(
-            storage.nbytes, self._placement(cls), self.backend.policy,
-            self.clock, self._evict, storage=storage.sid)
-
-    # ---- arrays -----------------------------------------------------------------------------
-
-    def _new_storage(self, op, index):
-        sid = self._next_sid
-        self._next_sid += 1
-        storage = Storage(self, sid, 0, op, index)
-        self._storages[sid] = storage
-        return storage
-
-    def _adopt_new(self, storage, array, root):
-        storage.array = flat_bytes(root)
-        storage.nbytes = storage.array.nbytes
-        return view_of(storage, array, storage.array)
-
-    def _root(self, array):
-        while isinstance(array.base, self.xp.ndarray):
-            array = array.base
-        return array
-
-    def _array(self, view):
-        if view.storage.array is None:
-            raise RuntimeError(f"storage {view.storage.sid} is not resident")
-        return build_view(self.xp, view.storage.array, view)
+    # ---- the rest of the public face ----------------------------------------------------------
 
     def _to_host(self, array):
         # a fresh context has NumPy's default handler: the copy is made outside the arena even
@@ -547,11 +325,24 @@ class Runtime(Residency):
         return contextvars.Context().run(host_copy, self.xp, array)
 
     def stats(self):
-        """Runtime counters with the arena's; compute_overhead as DESIGN.md defines it."""
-        out = dict(self.counters)
-        out["compute_overhead"] = out["cost_total"] / out["cost_first"] if out["cost_first"] else 1.0
-        out.update({f"arena_{k}": v for k, v in self.arena.stats().items()})
-        return out
+        """The engine's counters and the arena's, one name each, with compute_overhead
+        (docs/design.md's metrics)."""
+        return self._engine.stats()
+
+    def storages(self):
+        """Ids of the storages whose records live (resident or not)."""
+        return self._engine.storages()
+
+    def evict(self, *tensors):
+        """Evict the tensors' storages now, where the policy could (recomputable, unpinned,
+        not held by a user's array): for experiments and tests."""
+        for t in tensors:
+            self._engine.evict_now(t._view.sid if isinstance(t, Tensor) else t)
+
+    # for tests: the engine's state, by storage id
+    _evict = lambda self, sids: self.evict(*sids)   # noqa: E731
+    _storages = property(lambda self: self._engine.storages())
+    _pins = property(lambda self: self._engine.pinned())
 
 
 class _Recording:
@@ -564,20 +355,39 @@ class _Recording:
             meta["cost_model"] = runtime.cost_model.name
         self.writer = TraceWriter(path, **meta)
         runtime.trace = self.writer
+        runtime._engine.release_hook = self.writer.release
 
     def __enter__(self):
         return self.writer
 
     def __exit__(self, *exc):
         self.runtime.trace = None
+        self.runtime._engine.release_hook = None
         self.writer.close()
 
 
-def _neighbours(views):
-    """The core's neighbours of an op's outputs: its inputs that can be recomputed. A constant
-    is never evicted, so it never counts in c' or joins an evicted class: leaving it out
-    changes no decision and keeps a weight read by thousands of ops off their lists."""
-    return [v.storage.sid for v in views if v.storage.op is not None]
+def _allocs(log):
+    """A host kernel's allocation log ([offset, nbytes or -1, ...]) as docs/trace-format.md's
+    `allocs` (bytes, or ~index for a free) and {offset: index} of those left at its end; frees
+    of memory allocated before (evicted storages) are not the kernel's."""
+    events, live, count = [], {}, 0
+    for k in range(0, len(log), 2):
+        offset, nbytes = log[k], log[k + 1]
+        if nbytes >= 0:
+            events.append(nbytes)
+            live[offset] = count
+            count += 1
+        elif offset in live:
+            events.append(~live.pop(offset))
+    return events, live
+
+
+def _cls_name(placement):
+    return "expensive" if placement == EXPENSIVE else "cheap"
+
+
+def _specs(specs):
+    return [specs] if _is_spec(specs) else list(specs)
 
 
 def _is_spec(value):
@@ -589,7 +399,3 @@ def _is_spec(value):
 def _nbytes(spec):
     shape, dtype = spec
     return math.prod(shape) * numpy.dtype(dtype).itemsize
-
-
-def _as_array(xp, value):
-    return xp.asarray(value) if isinstance(value, numpy.generic) else value

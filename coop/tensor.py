@@ -1,91 +1,85 @@
-"""The tape's nouns: Storage (one computed value's memory), View, Tensor (what users hold), Op.
+"""What users hold: Tensor, a handle on a View of one storage of the residency engine.
 
-Ownership (no cycles, so reference counting frees everything at once):
-Tensor -> View -> Storage -> Op (its producer) -> input Views -> their Storages ...
-An Op refers to its outputs only weakly. A Storage lives while a Tensor or a recorded Op needs
-it; its memory lives while a Tensor needs it (or until evicted). A released storage that an Op
-still needs is kept as a record only, and recomputed on demand.
+The engine (coop._engine) owns storages and ops by integer id: residency, pins, records and
+their lifetime. A Tensor counts as one user of its storage; when the last one goes, the
+engine releases the storage (its memory is freed; the record stays while an op needs it to
+recompute another). Nothing here refers back to a Tensor, so reference counting frees a
+value's memory as soon as the program drops it.
 """
 import contextlib
 import sys
-import weakref
 
 import numpy
 
 from coop.autograd import TensorMethods
 
 
-class Storage:
-    """One value's memory: resident (``array`` set) or not (evicted, released, or pending).
-
-    ``array`` is the root array owning the arena piece (host/device) or, in simulation, the
-    piece's offset. ``op`` is the producer (None for constants, which are never evicted).
-    """
-
-    __slots__ = ("sid", "runtime", "op", "index", "array", "nbytes", "users", "consumers",
-                 "held", "__weakref__")
-
-    def __init__(self, runtime, sid, nbytes, op=None, index=0):
-        self.sid = sid                      # id in the arena
-        self.runtime = runtime
-        self.op = op                        # producer; None: cannot be recomputed
-        self.index = index                  # which output of op
-        self.array = None                   # root array (or sim offset) while resident
-        self.nbytes = nbytes
-        self.users = 0                      # live Tensors on this storage
-        self.consumers = weakref.WeakSet()  # recorded Ops that read it
-        self.held = False                   # its array escaped the runtime: never evict
-
-    @property
-    def resident(self):
-        return self.array is not None
-
-    def __del__(self):
-        runtime = self.runtime
-        if runtime is not None and not sys.is_finalizing():
-            runtime._forget(self)
-
-    def __repr__(self):
-        state = "resident" if self.array is not None else "evicted"
-        return f"<Storage {self.sid} {self.nbytes}B {state}>"
-
-
 class View:
     """Where a tensor's elements sit in its storage: shape, dtype, strides, byte offset."""
 
-    __slots__ = ("storage", "shape", "dtype", "strides", "offset")
+    __slots__ = ("runtime", "sid", "shape", "dtype", "strides", "offset")
 
-    def __init__(self, storage, shape, dtype, strides, offset):
-        self.storage = storage
-        self.shape = tuple(shape)
-        self.dtype = numpy.dtype(dtype)
-        self.strides = tuple(strides) if strides is not None else None
+    def __init__(self, runtime, sid, shape, dtype, strides, offset):
+        self.runtime = runtime
+        self.sid = sid
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = strides
         self.offset = offset
-
-    def on(self, storage):
-        return View(storage, self.shape, self.dtype, self.strides, self.offset)
 
     @property
     def spec(self):
         return (self.shape, self.dtype)
 
 
-class Op:
-    """One recorded kernel call: enough to run it again."""
+class StorageRef:
+    """A look at one storage of a runtime (for inspection: ``tensor.storage``)."""
 
-    __slots__ = ("kernel", "inputs", "attrs", "outputs", "cost", "cls", "seed", "__weakref__")
+    __slots__ = ("runtime", "sid")
 
-    def __init__(self, kernel, inputs, attrs, cls, seed):
-        self.kernel = kernel
-        self.inputs = inputs     # list of View (their storages are kept alive by the op)
-        self.attrs = attrs
-        self.outputs = []        # per output: (weakref to Storage, View params) or None (alias)
-        self.cost = 0.0          # ns, measured at the first run or modelled
-        self.cls = cls
-        self.seed = seed         # random kernels: the seed of the stream they consumed
+    def __init__(self, runtime, sid):
+        self.runtime = runtime
+        self.sid = sid
+
+    def _info(self):
+        return self.runtime._engine.info(self.sid) or {}
+
+    @property
+    def nbytes(self):
+        return self._info().get("nbytes", 0)
+
+    @property
+    def resident(self):
+        return self._info().get("offset") is not None
+
+    @property
+    def array(self):
+        """The flat bytes holding the value while resident (host and CuPy runs), else None."""
+        return self.runtime._executor.array_of(self.sid)
+
+    @property
+    def op(self):
+        """The producer op's id, or None for a constant (never evicted)."""
+        return self._info().get("producer")
+
+    @property
+    def users(self):
+        return self._info().get("users", 0)
+
+    @property
+    def held(self):
+        return self._info().get("held", False)
+
+    def __eq__(self, other):
+        return isinstance(other, StorageRef) and other.runtime is self.runtime \
+            and other.sid == self.sid
+
+    def __hash__(self):
+        return hash((id(self.runtime), self.sid))
 
     def __repr__(self):
-        return f"<Op {self.kernel.name} cost={self.cost:.0f}ns>"
+        state = "resident" if self.resident else "evicted"
+        return f"<Storage {self.sid} {self.nbytes}B {state}>"
 
 
 class Tensor(TensorMethods):
@@ -99,17 +93,16 @@ class Tensor(TensorMethods):
     __slots__ = ("_view", "requires_grad", "grad", "grad_fn", "__weakref__")
 
     def __init__(self, view):
+        view.runtime._engine.retain(view.sid)
         self._view = view
-        view.storage.users += 1
         self.requires_grad = False
         self.grad = None
         self.grad_fn = None
 
     def __del__(self):
-        storage = self._view.storage
-        storage.users -= 1
-        if storage.users == 0 and storage.runtime is not None and not sys.is_finalizing():
-            storage.runtime._release(storage)
+        view = self._view
+        if not _finalizing():
+            view.runtime._engine.unref(view.sid)
 
     @property
     def shape(self):
@@ -132,11 +125,11 @@ class Tensor(TensorMethods):
 
     @property
     def storage(self):
-        return self._view.storage
+        return StorageRef(self._view.runtime, self._view.sid)
 
     @property
     def runtime(self):
-        return self._view.storage.runtime
+        return self._view.runtime
 
     @contextlib.contextmanager
     def borrow(self):
@@ -144,14 +137,14 @@ class Tensor(TensorMethods):
 
         Keep no reference past the block: if one survives, the storage is never evicted.
         """
-        runtime = self.runtime
-        storage = self._view.storage
-        runtime._pin([storage])
+        view = self._view
+        engine = view.runtime._engine
+        engine.pin(view.sid)
         try:
-            runtime._make_resident([storage])
-            yield runtime._array(self._view)
+            engine.make_resident(view.sid)
+            yield view.runtime._executor.array(view)
         finally:
-            runtime._unpin([storage])
+            engine.unpin(view.sid)
 
     def numpy(self):
         """A host copy of the value (NumPy array), made outside the arena."""
@@ -159,4 +152,7 @@ class Tensor(TensorMethods):
             return self.runtime._to_host(a)
 
     def __repr__(self):
-        return f"<coop.Tensor shape={self.shape} dtype={self.dtype} storage={self.storage.sid}>"
+        return f"<coop.Tensor shape={self.shape} dtype={self.dtype} storage={self._view.sid}>"
+
+
+_finalizing = sys.is_finalizing

@@ -9,60 +9,77 @@ from coop._core import EXPENSIVE
 
 
 class TraceWriter:
-    """Writes records to a text file as the runtime reports events."""
+    """Writes records to a text file as the runtime reports events, by storage id.
+
+    The engine reuses a dead storage's id; the trace never does: each definition (a constant,
+    a call's new output) takes a fresh trace id, and references map to the current one."""
 
     def __init__(self, path, **meta):
         self.path = path
         self._file = open(path, "w", encoding="utf-8")
+        self._ids = {}       # storage id -> trace id of its current value
+        self._next = 0
         if meta:
             self._write({"op": "meta", **meta})
 
     def _write(self, record):
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
 
+    def _define(self, sid):
+        tid = self._ids[sid] = self._next
+        self._next += 1
+        return tid
+
+    def _ref(self, sid):
+        tid = self._ids.get(sid)
+        return self._define(sid) if tid is None else tid
+
     def start(self):
         self._write({"op": "start"})
 
-    def constant(self, storage):
-        self._write({"op": "constant", "id": storage.sid, "size": storage.nbytes})
+    def constant(self, sid, nbytes):
+        self._write({"op": "constant", "id": self._define(sid), "size": nbytes})
 
-    def call(self, op, views, allocs=None, live=None):
-        """allocs: a host kernel's allocation events; live: {offset: allocation index} of
-        those left at its end (the outputs' memory among them)."""
-        inputs = [v.storage.sid for v in op.inputs]
-        outputs = []
-        for view, entry in zip(views, op.outputs):
-            alias = -1 if entry is not None else inputs.index(view.storage.sid)
-            out = {"id": view.storage.sid, "size": view.storage.nbytes if alias < 0 else 0,
-                   "alias": alias}
-            if allocs is not None and alias < 0:
-                out["alloc"] = live[view.storage.runtime.backend.offset_of(view.storage.array)]
-            outputs.append(out)
-        record = {"op": "call", "name": op.kernel.name, "inputs": inputs, "outputs": outputs,
-                  "cost": op.cost, "cls": "expensive" if op.cls == EXPENSIVE else "cheap"}
+    def call(self, name, inputs, outputs, cost, cls, allocs=None):
+        """outputs: (storage, nbytes, alias index or -1, allocation index or None) each;
+        allocs: a host kernel's allocation events (docs/trace-format.md)."""
+        ins = [self._ref(s) for s in inputs]
+        outs, defined = [], {}
+        for sid, nbytes, alias, alloc in outputs:
+            if alias >= 0:
+                tid = ins[alias]
+            else:
+                tid = defined.get(sid)
+                if tid is None:    # two outputs on one storage: one definition
+                    tid = defined[sid] = self._define(sid)
+            out = {"id": tid, "size": nbytes, "alias": alias}
+            if alloc is not None:
+                out["alloc"] = alloc
+            outs.append(out)
+        record = {"op": "call", "name": name, "inputs": ins, "outputs": outs, "cost": cost,
+                  "cls": cls}
         if allocs is not None:
             record["allocs"] = allocs
         self._write(record)
 
-    def mutate(self, op, index, allocs=None):
-        record = {"op": "mutate", "name": op.kernel.name,
-                  "inputs": [v.storage.sid for v in op.inputs], "mutated": [index],
-                  "cost": op.cost, "cls": "expensive" if op.cls == EXPENSIVE else "cheap"}
+    def mutate(self, name, inputs, index, cost, cls, allocs=None):
+        record = {"op": "mutate", "name": name, "inputs": [self._ref(s) for s in inputs],
+                  "mutated": [index], "cost": cost, "cls": cls}
         if allocs is not None:
             record["allocs"] = allocs
         self._write(record)
 
-    def materialize(self, storage):
-        self._write({"op": "materialize", "id": storage.sid})
+    def materialize(self, sid):
+        self._write({"op": "materialize", "id": self._ref(sid)})
 
-    def release(self, storage):
-        self._write({"op": "release", "id": storage.sid})
+    def release(self, sid):
+        tid = self._ids.pop(sid, None)
+        if tid is not None:
+            self._write({"op": "release", "id": tid})
 
     def close(self):
         self._file.close()
 
-
-# ---- reading ------------------------------------------------------------------------------------
 
 class TraceError(ValueError):
     """A trace that cannot be read: the message names the file, the line and the problem."""

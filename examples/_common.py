@@ -99,8 +99,8 @@ def print_summary(model_rows, budget, peak, stats, train_time, total_time):
     rows = list(model_rows) + [("budget (MiB)", f"{budget / MB:.3f}")]
     if peak is not None:
         rows.append(("unlimited peak (MiB)", f"{peak / MB:.3f}"))
-    rows += [("peak arena used (MiB)", f"{stats['arena_peak_used_bytes'] / MB:.3f}"),
-             ("evictions", f"{stats['arena_evictions']:,}"),
+    rows += [("peak arena used (MiB)", f"{stats['peak_used_bytes'] / MB:.3f}"),
+             ("evictions", f"{stats['evictions']:,}"),
              ("recomputes", f"{stats['recomputes']:,}"),
              ("compute overhead", f"{stats['compute_overhead']:.3f}"),
              ("training time (s)", f"{train_time:.1f}"),

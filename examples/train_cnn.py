@@ -118,7 +118,7 @@ def main(argv=None):
     begin = time.perf_counter()
     budget, peak = resolve_budget(args, lambda: train(
         args, data, args.probe_budget, args.probe_steps, progress=False,
-        log=None)["rt"].stats()["arena_peak_used_bytes"])
+        log=None)["rt"].stats()["peak_used_bytes"])
     print(f"model: ResNet stem=small layers={args.layers} width={args.width} batch={args.batch}; "
           f"policy {args.policy}, backend {args.backend}, cost {args.cost}")
 

@@ -174,9 +174,9 @@ def evaluate(model, data, args, batches):
 
 
 def probe_peak(args, data):
-    """arena_peak_used_bytes of a short run with an (effectively) unlimited budget."""
+    """peak_used_bytes of a short run with an (effectively) unlimited budget."""
     run = train(args, data, args.probe_budget, args.probe_steps, progress=False, log=None)
-    return run["rt"].stats()["arena_peak_used_bytes"]
+    return run["rt"].stats()["peak_used_bytes"]
 
 
 

@@ -14,6 +14,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import coop  # noqa: E402
+from coop._core import CallbackOwner  # noqa: E402
 from coop.backends import cupy as backend  # noqa: E402
 
 BASE = 0x7F0000000000  # fake device address; nothing ever reads or writes it
@@ -119,12 +120,57 @@ def test_every_pointer_is_512_aligned_and_pieces_are_distinct():
 
 
 def test_cheap_class_takes_the_high_end():
-    pool = use(coop.allocator("1MiB", base=BASE))
-    pool.cls = coop.CHEAP
-    a = cupy.empty(1000, dtype=cupy.uint8)
+    pool = coop.allocator("1MiB", base=BASE)
+    outer = cupy.cuda.get_allocator()
+    for name in ("cls", "policy", "now", "evict", "log"):
+        assert not hasattr(pool, name), name
+    with pool.placing(coop.CHEAP) as entered:
+        assert entered is pool and cupy.cuda.get_allocator() is pool
+        assert pool._scopes.placement == coop.CHEAP
+        a = cupy.empty(1000, dtype=cupy.uint8)
+    assert cupy.cuda.get_allocator() == outer and pool._scopes.placement == coop.EXPENSIVE
     assert a.data.ptr == BASE + MiB - 1024 and pool.offset_of(a) == MiB - 1024
-    pool.cls = coop.EXPENSIVE
-    assert cupy.empty(600, dtype=cupy.uint8).data.ptr == BASE
+    with pool:  # EXPENSIVE: the low end
+        b = cupy.empty(600, dtype=cupy.uint8)
+        assert b.data.ptr == BASE
+    with pool.placing(coop.LOWEST):  # the lowest free offset that fits
+        assert cupy.empty(600, dtype=cupy.uint8).data.ptr == BASE + 1024
+    assert pool.used_bytes() == 1024 + 1024  # the LOWEST temporary died
+
+
+def test_placing_restores_the_placement_after_an_exception():
+    pool = coop.allocator(4096, base=BASE)
+    outer = cupy.cuda.get_allocator()
+    with pytest.raises(KeyError, match="inside"):
+        with pool.placing(coop.LOWEST):
+            with pool.placing(coop.CHEAP):
+                assert pool._scopes.placement == coop.CHEAP
+                raise KeyError("inside")
+    assert pool._scopes.placement == coop.EXPENSIVE and cupy.cuda.get_allocator() == outer
+    # an out-of-memory error inside placing() restores it too
+    with pytest.raises(coop.OutOfMemoryError, match="larger than the whole arena"):
+        with pool.placing(coop.CHEAP):
+            cupy.empty(5000, dtype=cupy.uint8)
+    assert pool._scopes.placement == coop.EXPENSIVE and cupy.cuda.get_allocator() == outer
+    with pool:
+        assert cupy.empty(10, dtype=cupy.uint8).data.ptr == BASE  # EXPENSIVE again
+    assert pool.used_bytes() == 0
+
+
+def test_array_at_points_at_base_plus_offset():
+    pool = use(coop.allocator("1MiB", base=BASE))
+    with pytest.raises(ValueError, match="of the reservation"):
+        pool.array_at(0, 16)  # nothing reserved yet
+    a = cupy.empty(1000, dtype=cupy.uint8)
+    view = pool.array_at(1024, 100)
+    assert (view.dtype, view.shape, view.data.ptr) == (cupy.uint8, (100,), BASE + 1024)
+    assert view.data.device_id == 0 and pool.offset_of(view) == 1024
+    assert pool.array_at(pool.offset_of(a), 1000).data.ptr == a.data.ptr
+    assert pool.array_at(MiB - 512, 512).data.ptr == BASE + MiB - 512
+    for offset, nbytes in ((MiB - 512, 513), (-512, 16)):
+        with pytest.raises(ValueError, match=f"no {nbytes} bytes at offset {offset}"):
+            pool.array_at(offset, nbytes)
+    assert pool.used_bytes() == 1024  # a view takes no piece
 
 
 # ---- lifetime ------------------------------------------------------------------------------------
@@ -166,7 +212,7 @@ def test_out_of_memory_is_both_errors_with_coops_message():
         cupy.empty(2000, dtype=cupy.uint8)
     err = info.value
     assert isinstance(err, cupy.cuda.memory.OutOfMemoryError) and isinstance(err, MemoryError)
-    assert str(err) == ("coop: cannot allocate 2048 bytes under policy 'coop': budget 4096 bytes, "
+    assert str(err) == ("coop: cannot allocate 2048 bytes under policy 'none': budget 4096 bytes, "
                         "1024 bytes free, largest free range 1024 bytes, and nothing left to "
                         "evict; raise the budget, or free or unpin tensors")
     assert (err.request, err.budget, err.free, err.largest_free) == (2048, 4096, 1024, 1024)
@@ -181,8 +227,8 @@ def test_out_of_memory_is_both_errors_with_coops_message():
 
 
 def test_anonymous_pieces_are_never_evicted():
-    pool = use(coop.allocator(4096, policy="lru", base=BASE))
-    pool.evict = lambda victims: pytest.fail(f"evicted {victims}")
+    pool = use(coop.allocator(4096, base=BASE))
+    pool.arena.attach(CallbackOwner(lambda victims: pytest.fail(f"evicted {victims}"), "lru"))
     a = cupy.empty(4096, dtype=cupy.uint8)
     with pytest.raises(coop.OutOfMemoryError):
         cupy.empty(1, dtype=cupy.uint8)
@@ -204,7 +250,10 @@ def test_eviction_through_the_pools_callback():
         pinned = cupy.empty(1024, dtype=cupy.uint8)
         pool.arena.add_storage(7, cost=1.0)
         pool.arena.bind(pool.offset_of(held[7]), 7)
-        pool.evict = evict
+        with pytest.raises(coop.OutOfMemoryError, match="nothing left to evict"):
+            cupy.empty(1500, dtype=cupy.uint8)  # no owner yet: 7 stays
+        assert calls == [] and pool.arena.storage_info(7)["resident"]
+        pool.arena.attach(CallbackOwner(evict, "lru"))
         b = cupy.empty(1500, dtype=cupy.uint8)
     assert calls == [[7]] and held == {}
     assert b.data.ptr == BASE and pinned.data.ptr == BASE + 2048
@@ -225,8 +274,10 @@ def test_bad_budgets_raise_clear_errors(budget):
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="below one 512-byte piece"):
         coop.allocator(100, base=BASE)
-    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
-        coop.allocator("1MiB", policy="fifo", base=BASE)
+    with pytest.raises(TypeError, match="policy"):
+        coop.allocator("1MiB", policy="lru", base=BASE)
+    with pytest.raises(TypeError, match="policy"):
+        backend.CoopMemoryPool("1MiB", policy="lru", base=BASE)
     with pytest.raises(ValueError, match="multiple of 512"):
         coop.allocator("1MiB", base=BASE + 64)
     with pytest.raises(TypeError, match="base must be an int"):

@@ -22,8 +22,8 @@ def load_example(name):
 
 def check_run(run, png):
     stats = run["stats"]
-    assert stats["recomputes"] > 0 and stats["arena_evictions"] > 0
-    assert stats["arena_peak_used_bytes"] <= run["budget"] < run["peak_unlimited"]
+    assert stats["recomputes"] > 0 and stats["evictions"] > 0
+    assert stats["peak_used_bytes"] <= run["budget"] < run["peak_unlimited"]
     assert os.path.getsize(png) > 0
 
 

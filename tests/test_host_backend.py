@@ -7,7 +7,8 @@ import pytest
 from numpy._core.multiarray import get_handler_name
 
 import coop
-from coop import CHEAP, OutOfMemoryError
+from coop import CHEAP, EXPENSIVE, LOWEST, OutOfMemoryError
+from coop._core import CallbackOwner
 from coop._host import HostBackend
 from coop.backends.host import numpy_allocator
 from coop.budget import host_memory_bytes
@@ -28,14 +29,21 @@ def used(backend):
 
 
 def test_protocol_attributes():
-    backend = numpy_allocator("1 MiB", policy="lru")
+    backend = numpy_allocator("1 MiB")
     assert backend.arena.capacity == MiB
-    assert (backend.xp, backend.alignment, backend.cls, backend.policy) == (np, 64, 0, "lru")
-    assert (backend.now, backend.evict, backend.name) == (0.0, None, "coop_host")
+    assert (backend.xp, backend.alignment, backend.name) == (np, 64, "coop_host")
+    assert backend.placement == EXPENSIVE and backend.arena.owner is None
     assert backend.base % 64 == 0
+    assert isinstance(backend, coop.backends.base.Backend)
+    assert numpy_allocator("1 MiB", 256).alignment == 256
     assert coop.numpy_allocator is numpy_allocator
     assert numpy_allocator("1%").arena.capacity == host_memory_bytes() // 100 // 64 * 64
-    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+    # memory only: no policy, clock, callback or log on the backend
+    for name in ("cls", "policy", "now", "evict", "log"):
+        assert not hasattr(backend, name), name
+    with pytest.raises(TypeError):
+        numpy_allocator("1 MiB", policy="lru")
+    with pytest.raises(TypeError):
         HostBackend(MiB, policy="fifo")
 
 
@@ -55,6 +63,7 @@ def test_every_data_allocation_lands_in_the_arena():
     assert backend.offset_of(a[500:]) == 0 and backend.offset_of(a.reshape(10, 100)[3]) == 0
     assert backend.offset_of(np.empty(4)) is None and backend.offset_of([1.0]) is None
     assert backend.calls()["malloc"] == 3
+    a.fill(1.0)   # np.empty's bytes are whatever was there: a + a could overflow and warn
     with backend:
         c = a + a                          # ufunc outputs too
     assert get_handler_name(c) == "coop_host" and backend.offset_of(c) == 8192
@@ -67,11 +76,67 @@ def test_every_data_allocation_lands_in_the_arena():
 
 def test_cheap_allocations_take_the_high_end():
     backend = HostBackend(MiB)
-    backend.cls = CHEAP
-    with backend:
-        a = np.empty(100)
+    backend.arena.start_log()
+    with backend.placing(CHEAP) as entered:
+        assert entered is backend and get_handler_name() == "coop_host"
+        assert backend.placement == CHEAP
+        a = np.empty(100)                              # 800 bytes take 832, at the top
+    assert backend.placement == EXPENSIVE
     assert backend.offset_of(a) == MiB - 832
+    with backend:
+        b = np.empty(100)                              # EXPENSIVE again: the low end
+    assert backend.offset_of(b) == 0
     del a
+    assert backend.arena.take_log() == [MiB - 832, 800, 0, 800, MiB - 832, -1]
+    assert backend.arena.take_log() == []
+    with backend.placing(LOWEST):                      # the lowest free offset that fits
+        c = np.empty(100)
+    assert backend.offset_of(c) == 832
+    del b, c
+    assert used(backend) == 0
+    backend.arena.check()
+
+
+def test_placing_restores_the_placement_after_an_exception():
+    backend = HostBackend(MiB)
+    backend.placement = LOWEST
+    with pytest.raises(KeyError, match="inside"):
+        with backend.placing(CHEAP):
+            with backend.placing(EXPENSIVE):
+                assert backend.placement == EXPENSIVE
+                raise KeyError("inside")
+    assert backend.placement == LOWEST                 # restored through both levels
+    assert get_handler_name() == "default_allocator"   # and uninstalled
+    # a failed allocation inside placing() restores it too, raising coop's error
+    with pytest.raises(OutOfMemoryError, match="larger than the whole arena"):
+        with backend.placing(CHEAP):
+            np.empty(200000)
+    assert backend.placement == LOWEST
+    assert used(backend) == 0
+    backend.arena.check()
+
+
+def test_array_at_shares_the_bytes_of_the_array_at_that_offset():
+    backend = HostBackend(MiB)
+    with backend:
+        pad = np.empty(10)                             # offset 0, 128 bytes
+        a = np.arange(16, dtype=np.uint8)              # offset 128
+    offset = backend.offset_of(a)
+    assert offset == 128
+    view = backend.array_at(offset, 16)
+    assert (view.dtype, view.shape, view.ctypes.data) == (np.uint8, (16,), backend.base + 128)
+    assert np.array_equal(view, np.arange(16, dtype=np.uint8))    # reads the array's bytes
+    view[3] = 200                                                 # writes them
+    assert a[3] == 200
+    a[15] = 99
+    assert view[15] == 99
+    assert backend.offset_of(view) is None             # a view over the arena, not a piece
+    assert backend.array_at(MiB - 8, 8).shape == (8,) and backend.array_at(MiB, 0).size == 0
+    for offset, nbytes in ((MiB - 8, 9), (-1, 4), (0, -1)):
+        with pytest.raises(ValueError, match="of the host arena"):
+            backend.array_at(offset, nbytes)
+    del pad, a, view
+    assert used(backend) == 0
     backend.arena.check()
 
 
@@ -268,8 +333,10 @@ def test_eviction_makes_room_through_the_callback():
         for sid in victims:
             del held[sid]
 
-    backend.evict = evict
-    backend.now = 5.0
+    owner = CallbackOwner(evict, "lru")
+    owner.now = 5.0
+    backend.arena.attach(owner)
+    assert (backend.arena.owner, owner.policy, owner.now) == (owner, "lru", 5.0)
     with backend:
         small = np.empty(10)                           # anonymous (never evicted), at offset 0
         held[7] = np.empty(60000)                      # 480000 bytes at offset 128
@@ -294,7 +361,7 @@ def test_an_error_in_the_evict_callback_reaches_the_caller():
     def evict(victims):
         raise KeyError(f"no tensor for storages {victims}")
 
-    backend.evict = evict
+    backend.arena.attach(CallbackOwner(evict, "coop"))
     with pytest.raises(KeyError, match=r"no tensor for storages \[3\]") as info:
         with backend:
             held = np.empty(100000)                    # 800000 bytes
@@ -307,13 +374,19 @@ def test_an_error_in_the_evict_callback_reaches_the_caller():
     backend.arena.check()
 
 
-def test_no_evict_callback_means_nothing_is_evicted():
+def test_no_owner_means_nothing_is_evicted():
     backend = HostBackend(MiB)
+    owner = CallbackOwner(lambda victims: pytest.fail(f"evicted {victims}"), "lru")
+    backend.arena.attach(owner)
+    backend.arena.detach(owner)                        # detached: no owner evicts
+    assert backend.arena.owner is None
     with pytest.raises(OutOfMemoryError, match="nothing left to evict"):
         with backend:
             keep = np.ones(100000)
+            backend.arena.add_storage(1)
+            backend.arena.bind(0, 1)                   # evictable, but no owner to evict it
             np.ones(100000)
-    assert backend.arena.stats()["evictions"] == 0
+    assert backend.arena.stats()["evictions"] == 0 and backend.arena.storage_info(1)["resident"]
     del keep
     backend.arena.check()
 

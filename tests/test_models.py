@@ -141,7 +141,7 @@ def test_a_tiny_resnet_learns():
 def unlimited():
     losses, state, stats = train_gpt("64MiB", "coop")
     assert stats["recomputes"] == 0
-    return losses, state, stats["arena_peak_used_bytes"]
+    return losses, state, stats["peak_used_bytes"]
 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.3])
@@ -150,7 +150,7 @@ def test_gpt_training_is_bit_identical_under_eviction(unlimited, policy, ratio):
     losses, state, peak = unlimited
     got_losses, got_state, stats = train_gpt(int(ratio * peak), policy)
     assert stats["recomputes"] > 0
-    assert stats["arena_peak_used_bytes"] <= ratio * peak
+    assert stats["peak_used_bytes"] <= ratio * peak
     assert got_losses == losses
     for name, value in state.items():
         np.testing.assert_array_equal(got_state[name], value, err_msg=name)
@@ -180,5 +180,5 @@ def train_mlp(budget, steps=1000):
 def test_a_long_training_loop_stays_bounded():
     seen, stats = train_mlp("64MiB")
     assert seen[50] == seen[1000] and stats["recomputes"] == 0
-    seen, stats = train_mlp(int(0.6 * stats["arena_peak_used_bytes"]))
+    seen, stats = train_mlp(int(0.6 * stats["peak_used_bytes"]))
     assert seen[50] == seen[1000] and stats["recomputes"] > 0

@@ -9,7 +9,7 @@ from coop.models import paper
 
 
 def sim_runtime():
-    return coop.Runtime(coop.SimBackend("1000GiB", policy="coop"), cost="a100-80gb")
+    return coop.Runtime(coop.SimBackend("1000GiB"), policy="coop", cost="a100-80gb")
 
 
 def bert_mlm_count(layers=24, d=1024, ff=4096, vocab=30522, positions=512, types=2):

@@ -8,7 +8,6 @@ import pytest
 
 import coop
 from _graphs import KiB, used
-from coop.tensor import Op
 
 SIZES = [16, 64, 64, 64, 4]      # a 4-layer tanh MLP, batch 32
 LR = 0.05
@@ -65,9 +64,9 @@ def data():
 
 
 def footprint(rt):
-    return {"storages": len(rt._storages),
-            "ops": sum(1 for o in gc.get_objects() if type(o) is Op),
-            "pieces": rt.arena.pieces(), "used": used(rt), "pins": dict(rt._pins)}
+    return {"storages": len(rt.storages()),
+            "ops": rt._engine.live_ops,
+            "pieces": rt.arena.pieces(), "used": used(rt), "pins": rt._engine.pinned()}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +95,7 @@ def test_a_1000_step_loop_keeps_the_tape_bounded(budget, policy, expected, no_gc
     for i in range(1, 1001):
         step(lambda name, *a, **k: rt.apply(KERNELS[name], *a, **k), x, t, ws)
         if i == 1 and budget == "4MiB":
-            assert rt.stats()["arena_peak_used_bytes"] == PEAK
+            assert rt.stats()["peak_used_bytes"] == PEAK
         if i in (100, 1000):
             marks[i] = footprint(rt)
     assert marks[1000] == marks[100] == constants          # nothing left of any step
@@ -106,10 +105,10 @@ def test_a_1000_step_loop_keeps_the_tape_bounded(budget, policy, expected, no_gc
     stats = rt.stats()
     assert stats["ops"] == 1000 * 19 and stats["held"] == 0
     if budget == "4MiB":
-        assert stats["arena_evictions"] == stats["recomputes"] == 0
+        assert stats["evictions"] == stats["recomputes"] == 0
     else:                  # 0.89 of the peak: every step evicts and recomputes
-        assert stats["arena_evictions"] >= 1000 and stats["recomputes"] >= 1000
-        assert stats["arena_peak_used_bytes"] <= 285 * KiB < PEAK
+        assert stats["evictions"] >= 1000 and stats["recomputes"] >= 1000
+        assert stats["peak_used_bytes"] <= 285 * KiB < PEAK
 
 
 def test_finding_partitioned_policies_fragment_on_this_mlp():
@@ -132,9 +131,9 @@ def test_finding_partitioned_policies_fragment_on_this_mlp():
             error = info.value
             assert (error.request, (error.free, error.largest_free)) == (32768, failures[policy])
             del info, error
-            assert rt._pins == {} and rt.stats()["held"] == 0
+            assert rt._engine.pinned() == {} and rt.stats()["held"] == 0
             rt.arena.check()
         else:
             for _ in range(5):
                 run()
-            assert rt.stats()["arena_evictions"] > 0
+            assert rt.stats()["evictions"] > 0

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import coop
+from coop._core import CallbackOwner
 
 THREADS = 4
 ROUNDS = 6           # barrier-separated rounds; between two, the live arrays are checked
@@ -98,7 +99,8 @@ def test_many_threads_share_one_arena(kind, evicting, busy_switching):
                     evicted.append(sid)
                     del box           # the piece is freed here, from Box.__del__
 
-    backend.evict = evict if evicting else None
+    if evicting:
+        arena.attach(CallbackOwner(evict, "coop"))   # the arena evicts through the callback
     hand_off = queue.Queue(maxsize=32)
     barrier = threading.Barrier(THREADS + 1, timeout=60)
     live = [[] for _ in range(THREADS)]

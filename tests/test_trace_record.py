@@ -62,8 +62,8 @@ def test_a_recorded_run_writes_the_documented_records(tmp_path, rt):
         call("t_and_dec", [2], [(2, 0, 0), (3, 32, -1)], CPU.cost_ns(0, 96), "cheap"),
         {"op": "mutate", "name": "relu_", "inputs": [3], "mutated": [0],
          "cost": CPU.cost_ns(0, 64), "cls": "cheap"},
-        call("add_scalar", [3], [(5, 32, -1)], CPU.cost_ns(0, 64), "cheap"),
-        {"op": "release", "id": 5},
+        call("add_scalar", [3], [(4, 32, -1)], CPU.cost_ns(0, 64), "cheap"),
+        {"op": "release", "id": 4},
         {"op": "release", "id": 3},
         {"op": "release", "id": 2},
     ]
@@ -151,7 +151,7 @@ def sim_program(rt, inputs):
     for k in keep[1:]:
         total = apply("add", total, k)
     stats = rt.stats()
-    del stats["arena_search_time"]
+    del stats["search_time"]
     return log, stats
 
 
@@ -169,9 +169,9 @@ def test_the_simulator_decides_alike_twice_and_like_the_host_backend():
         assert host == first
         stats = first[1]
         if budget == 7 * 8192:
-            assert stats["arena_evictions"] > 0 and stats["recomputes"] > 0
+            assert stats["evictions"] > 0 and stats["recomputes"] > 0
         else:
-            assert stats["arena_evictions"] == stats["recomputes"] == 0
+            assert stats["evictions"] == stats["recomputes"] == 0
 
 
 def test_the_simulator_needs_shape_rules():

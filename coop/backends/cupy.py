@@ -20,13 +20,15 @@ call ``free_all_blocks()`` (which forgets the recorded stream), then allocate on
 driver: the pool neither reserves memory nor reads the current device or stream (it serves
 ``device``, or device 0), so the stream rule is the caller's to keep.
 """
+import contextlib
 import threading
 
 import cupy
 from cupy.cuda.memory import MemoryPointer, UnownedMemory
 from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
 
-from coop._core import EXPENSIVE, POLICIES, Arena
+from coop._core import EXPENSIVE, Arena
+from coop.backends.base import Backend
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
 
@@ -72,11 +74,6 @@ def _reserve(device_id, nbytes):
 
 # ---- pieces -----------------------------------------------------------------------------------
 
-def _nothing(victims):
-    """The evict callback when none is set: the core never calls it (no storages exist)."""
-    raise RuntimeError(f"coop: asked to evict {victims} but this pool has no evict callback")
-
-
 class _DeviceArena:
     """One device's arena and the memory behind it; live pieces keep it (and the memory) alive."""
     __slots__ = ("arena", "device_id", "base", "memory", "stream_ptr")
@@ -108,18 +105,18 @@ class _Piece:
 class CoopMemoryPool(cupy.cuda.MemoryPool):
     """CuPy memory pool serving every allocation from a coop arena (one per device).
 
-    Backend protocol: ``arena`` (the current device's), ``xp``, ``alignment``, ``cls``,
-    ``policy``, ``now``, ``evict``, ``offset_of(array)`` (see docs/backends.md); and
+    A coop backend (coop.backends.base.Backend: memory only): ``arena`` (the current
+    device's), ``xp``, ``alignment``, ``offset_of(array)``, ``array_at``, ``placing(placement)``;
     ``with pool:`` routes the thread's CuPy allocations to it (``cupy.cuda.using_allocator``).
+    When nothing fits, the arena's owner (a coop.Runtime's engine) evicts; with none, malloc
+    raises OutOfMemoryError.
     """
 
     xp = cupy
     alignment = ALIGNMENT
 
-    def __init__(self, budget, policy="coop", device=None, base=None):
+    def __init__(self, budget, device=None, base=None):
         super().__init__()  # CuPy's own per-device pools stay unused; this touches no device
-        if policy not in POLICIES:
-            raise ValueError(f"coop: unknown policy {policy!r}; choose one of {POLICIES}")
         for name, value in (("device", device), ("base", base)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise TypeError(f"coop: {name} must be an int or None, not {value!r}")
@@ -128,17 +125,14 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         if base is not None and (base <= 0 or base % ALIGNMENT):
             raise ValueError(f"coop: base must be a positive multiple of {ALIGNMENT}, "
                              f"not {base:#x}")
-        self.policy = policy
-        self.cls = EXPENSIVE
-        self.now = 0.0
-        self.evict = None
         self._base = base
         self._device = device if base is None or device is not None else 0
         self._budget_spec = budget
         self._budgets = {}            # device id -> budget in bytes (percentages differ per device)
         self._homes = {}              # device id -> _DeviceArena, made on first use
         self._lock = threading.Lock() # guards making homes and reservations, never held in malloc
-        self._scopes = threading.local()  # .stack: this thread's open `with pool:` scopes
+        self._scopes = threading.local()  # .stack: this thread's open `with pool:` scopes;
+                                          # .placement: its allocations' placement class
         percent = isinstance(budget, str) and budget.strip().endswith("%")
         if percent and base is not None:
             raise ValueError(f"coop: a percentage budget ({budget!r}) is of a device's memory; "
@@ -212,16 +206,44 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         offset = mem.ptr - home.base  # each piece has its own UnownedMemory, starting at the piece
         return offset if 0 <= offset < home.arena.capacity else None
 
-    def __enter__(self):
-        """Route this thread's CuPy allocations to the pool until exit (as the runtime does)."""
+    def array_at(self, offset, nbytes):
+        """A flat uint8 CuPy array over nbytes of the current device's arena at offset."""
+        home = self._home(self._device_now())
+        if home.base is None or not 0 <= offset <= home.arena.capacity - nbytes:
+            raise ValueError(f"coop: no {nbytes} bytes at offset {offset} of the reservation")
+        memory = UnownedMemory(home.base + offset, nbytes, home, device_id=home.device_id)
+        return cupy.ndarray((nbytes,), cupy.uint8, MemoryPointer(memory, 0))
+
+    def install(self):
+        """Route this thread's CuPy allocations to the pool until uninstall()."""
         scope = cupy.cuda.using_allocator(self)
         scope.__enter__()
         self._scopes.__dict__.setdefault("stack", []).append(scope)
+
+    def uninstall(self):
+        self._scopes.stack.pop().__exit__(None, None, None)
+
+    def __enter__(self):
+        """Route this thread's CuPy allocations to the pool until exit (as the runtime does)."""
+        self.install()
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self._scopes.stack.pop().__exit__(None, None, None)  # restore; let exc propagate
+        self.uninstall()  # restore; let exc propagate
         return False
+
+    @contextlib.contextmanager
+    def placing(self, placement):
+        """This thread's CuPy allocations go to the pool with this placement class until exit."""
+        scopes = self._scopes
+        saved = getattr(scopes, "placement", EXPENSIVE)
+        scopes.placement = placement
+        self.install()
+        try:
+            yield self
+        finally:
+            self.uninstall()
+            scopes.placement = saved
 
     # -- cupy.cuda.MemoryPool --
     def malloc(self, size):
@@ -243,8 +265,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                     f"coop reuses memory in allocation order, not stream order. Allocate on one "
                     f"stream, or synchronize, free every array and call free_all_blocks() first")
         try:
-            offset = home.arena.allocate_or_evict(size, self.cls, self.policy, self.now,
-                                                  self.evict or _nothing)
+            offset = home.arena.request(size, getattr(self._scopes, "placement", EXPENSIVE))
         except OutOfMemoryError as err:
             raise CupyOutOfMemoryError(str(err), err.request, err.budget, err.free,
                                        err.largest_free) from None
@@ -308,11 +329,14 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                 home.memory = None  # cudaFree, unless base= (then it is already None)
 
 
-def allocator(budget, policy="coop", device=None, base=None):
+def allocator(budget, device=None, base=None):
     """A pool for ``cupy.cuda.set_allocator``: every CuPy allocation lives within ``budget``.
 
-    ``budget``: bytes or a string ("6GiB", "80%" of the device's memory); ``policy``: one of
-    ``coop.POLICIES``; ``device``: serve only that device; ``base``: use caller-owned memory at
-    that address (no driver calls), on ``device`` or device 0.
+    ``budget``: bytes or a string ("6GiB", "80%" of the device's memory); ``device``: serve only
+    that device; ``base``: use caller-owned memory at that address (no driver calls), on
+    ``device`` or device 0. Eviction needs a runtime: ``coop.Runtime(pool, policy=...)``.
     """
-    return CoopMemoryPool(budget, policy, device, base)
+    return CoopMemoryPool(budget, device, base)
+
+
+Backend.register(CoopMemoryPool)

@@ -11,6 +11,7 @@ from coop.budget import host_memory_bytes, parse_budget
 __all__ = ["HostBackend", "numpy_allocator"]
 
 
-def numpy_allocator(budget, policy="coop", alignment=64):
-    """A host backend of `budget` bytes ("6GiB", "80%" of the host's memory, an int)."""
-    return HostBackend(parse_budget(budget, total=host_memory_bytes()), policy, alignment)
+def numpy_allocator(budget, alignment=64):
+    """A host backend of `budget` bytes ("6GiB", "80%" of the host's memory, an int). It evicts
+    when a coop.Runtime (its engine) owns its arena: ``coop.Runtime(backend, policy=...)``."""
+    return HostBackend(parse_budget(budget, total=host_memory_bytes()), alignment)

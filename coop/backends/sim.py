@@ -4,32 +4,36 @@ It places storages in a real arena, so fragmentation, evictions and search time 
 the real policy; kernels are not run: their shape rules size the outputs and the cost model
 prices them.
 """
-from coop._core import EXPENSIVE, Arena
+import contextlib
+
+from coop._core import Arena
+from coop.backends.base import Backend
+from coop.budget import parse_budget
 
 
-class SimBackend:
-    """A budget of bytes with no memory behind it."""
+class SimBackend(Backend):
+    """A budget of bytes with no memory behind it. ideal: memory as a plain sum of sizes, no
+    addresses (DTR's own simulator; only policy 'dtr-ideal' takes it)."""
 
     xp = None
 
-    def __init__(self, budget, policy="coop", alignment=512, ideal=False):
-        from coop.budget import parse_budget
-        self.alignment = alignment
-        # ideal: memory as a plain sum of sizes, no addresses (DTR's own simulator)
+    def __init__(self, budget, alignment=512, ideal=False):
         self.arena = Arena(parse_budget(budget), alignment, ideal=ideal)
-        self.cls = EXPENSIVE
-        self.policy = policy
-        self.now = 0.0
-        self.evict = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
     def offset_of(self, array):
         return None
 
+    def array_at(self, offset, nbytes):
+        raise TypeError("the simulation backend has no memory behind its arena")
+
+    def placing(self, placement):
+        return contextlib.nullcontext(self)
+
+    def install(self):
+        pass
+
+    def uninstall(self):
+        pass
+
     def __repr__(self):
-        return f"<coop.SimBackend capacity={self.arena.capacity} policy={self.policy!r}>"
+        return f"<coop.SimBackend capacity={self.arena.capacity} ideal={self.arena.ideal}>"

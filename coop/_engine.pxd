@@ -1,0 +1,109 @@
+# The residency engine: what the trace replayer and the executors cimport.
+from libc.stdint cimport int64_t, uint64_t
+from libcpp.vector cimport vector
+
+from coop._core cimport Arena, Evictor
+
+
+cdef class Executor:
+    """What the engine asks of the world: run an op again, drop or forget a storage's memory,
+    copy one storage's bytes into new memory. Sizes-only executors are Cython subclasses;
+    the array executor (host, CuPy) is a Python subclass."""
+    cdef public Engine engine      # set by Engine.__init__
+    cpdef int run(self, int op) except -1
+    cpdef bint drop(self, int storage) except -1
+    cpdef int forget(self, int storage) except -1
+    cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1
+
+
+cdef class Engine(Evictor):
+    cdef readonly Arena arena
+    cdef readonly Executor executor
+    cdef readonly object policy        # the coop.policies.Policy record
+    cdef bint partition                # cheap ops' outputs at the high end
+    cdef bint inplace                  # recomputable in-place (else the old value is copied)
+    cdef double thrash_cost            # raise Thrash once the cost executed passes it (0: never)
+    cdef public object release_hook    # None, or called with a storage id when users reach 0
+    # per storage (ids are reused once a storage's record dies)
+    cdef vector[int64_t] size          # bytes
+    cdef vector[int] slot              # arena slot, -1 when not registered
+    cdef vector[Py_ssize_t] offset     # resident at, -1 when not
+    cdef vector[int] producer          # op, -1 for a constant
+    cdef vector[int] index             # output index in its producer
+    cdef vector[int] users             # the program's references (Tensors; 1 in a replay)
+    cdef vector[unsigned char] alive   # its record lives
+    cdef vector[unsigned char] held    # memory held outside (a user's array): never evicted
+    cdef vector[int] readers           # live ops that read it
+    cdef vector[int] pins              # the engine's pins
+    cdef vector[vector[uint64_t]] consumers   # ops that read it, as (generation << 32 | op)
+    cdef vector[int] needs             # scratch of _rematerialize: pending frames reading it
+    cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency
+    cdef vector[int] free_sids         # dead storage ids, reused first
+    cdef Py_ssize_t n_alive            # live storage records
+    # per op (ids are reused once a record dies; generation tells reuses apart)
+    cdef vector[vector[int]] op_in     # current inputs (in-place redirects them)
+    cdef vector[vector[int]] op_out    # outputs: a storage, or -1 (an alias, or dead)
+    cdef vector[int] live_out          # live output storages; 0: the record is dead
+    cdef vector[double] cost
+    cdef vector[unsigned char] placement_of   # placement class of its outputs
+    cdef vector[int] tag               # the caller's id for it (a program's op index)
+    cdef vector[unsigned int] generation
+    cdef vector[int] free_ops
+    # the first run in progress
+    cdef int cur_op
+    cdef vector[int] cur_uniq          # its unique inputs, pinned
+    cdef vector[int] cur_placed        # its new outputs, pinned until finish
+    cdef vector[int] cur_created       # in-place: the old value made per mutated input, or -1
+    cdef vector[int] cur_mutated       # in-place: mutated input positions
+    cdef vector[int] work              # scratch of _collect
+    # counters
+    cdef readonly double cost_total, cost_first
+    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, moves, held_count
+    cdef readonly int64_t const_bytes, bound_bytes
+
+    # storages
+    cdef int _new_sid(self) except -1
+    cdef int _new_storage(self, int64_t size, int o, int index, double cost,
+                          vector[int]& neighbours, bint evictable) except -1
+    cdef int _register(self, int s, double cost, vector[int]& neighbours, bint evictable) except -1
+    cdef int _reregister(self, int s, double cost, vector[int]& neighbours, bint evictable,
+                         bint settle) except -1
+    cdef int _place(self, int s, int placement) except -1
+    cdef Py_ssize_t c_allocate(self, int64_t nbytes, int placement) except -2
+    cdef int c_bind(self, int s, Py_ssize_t off) except -1
+    cdef int _drop(self, int s) except -1
+    # pins and residency
+    cdef void _pin1(self, int s) noexcept
+    cdef int _unpin1(self, int s, bint release) except -1
+    cdef int _make_resident1(self, int s) except -1
+    cdef int _make_resident(self, vector[int]& targets) except -1
+    cdef int _rematerialize(self, int target, vector[int]& targets) except -1
+    cdef void _push_frame(self, int s, vector[int]& f_storage, vector[int]& f_next,
+                          vector[int]& f_start, vector[int]& f_len, vector[int]& f_inputs,
+                          vector[int]& touched) noexcept
+    cdef void _demote(self, int s) noexcept
+    cdef int _recompute(self, int o) except -1
+    cdef int _evict_eagerly(self, int s) except -1
+    cdef int _account(self, int o, bint recompute) except -1
+    # records
+    cdef int c_constant(self, int64_t size, Py_ssize_t off) except -1
+    cdef int c_begin(self, vector[int]& inputs, int placement, int tag) except -1
+    cdef int c_output(self, int o, int64_t nbytes, Py_ssize_t off) except -1
+    cdef int c_alias(self, int o) except -1
+    cdef int c_finish(self, int o) except -1
+    cdef int c_prepare_inplace(self, int o, vector[int]& mutated) except -1
+    cdef int c_finish_inplace(self, int o) except -1
+    cdef int c_abort(self, int o) except -1
+    cdef int _finish_common(self, int o) except -1
+    cdef int _die(self, int s) except -1
+    cdef void _recycle(self, int s) noexcept
+    cdef int c_release(self, int s) except -1
+    cdef int c_access(self, int s) except -1
+    cdef int c_materialize(self, int s) except -1
+    cdef void _bound(self, int o) noexcept
+    cdef void _link(self, int o) noexcept
+    cdef void _live_consumers(self, int s, vector[int]& out) noexcept
+    cdef int _new_op(self) except -1
+    cdef int _kill_op(self, int o) except -1
+    cdef int _lose_output(self, int o) except -1
+    cdef int _collect(self) except -1
