@@ -81,8 +81,7 @@ def backward(root, grad=None, retain_graph=False):
 
     Nodes run in reverse creation order (a topological order found without recursion); each
     node's gradient is the sum (add_n) of what its consumers sent. Unless retain_graph, each
-    node is released right after its backward, so saved tensors die as the pass proceeds, and
-    the root becomes a constant (its value stays; the records that computed it die).
+    node is released right after its backward, so saved tensors die as the pass proceeds.
     """
     ops = _ops()
     if not root.requires_grad:
@@ -123,10 +122,6 @@ def backward(root, grad=None, retain_graph=False):
                 grads = gi = None   # the pass holds no gradient longer than it must
             if not retain_graph:
                 node.release()
-        if not retain_graph:
-            # the root keeps its value but not the records behind it, as the gradients do:
-            # holding on to the loss then keeps nothing else alive
-            root.runtime.materialize(root)
 
 
 def _accumulate(leaf, grad, handed=None):
