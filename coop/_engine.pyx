@@ -615,8 +615,10 @@ cdef class Engine(Evictor):
         self.releases += 1
         if self.release_hook is not None:
             self.release_hook(s)
-        if self.producer[s] >= 0 and self.offset[s] >= 0 and self.pins[s] == 0:
-            self._drop(s)
+        if self.producer[s] >= 0 and self.offset[s] >= 0 and self.pins[s] == 0 \
+                and self.readers[s] > 0:
+            self._drop(s)   # the record stays, to recompute its readers; the memory goes now
+        # with no reader (nor pin) the record dies below, and its memory with it
         self.work.clear()
         self.work.push_back(s)
         return self._collect()
@@ -681,9 +683,10 @@ cdef class Engine(Evictor):
             if self.slot[s] >= 0:
                 self.arena.c_remove_storage(self.slot[s])
                 self.slot[s] = -1
-            if self.offset[s] >= 0 and self.producer[s] < 0:
-                self.const_bytes -= self.arena.request_size(self.size[s])
-            self.executor.forget(s)
+            if self.offset[s] >= 0:
+                if self.producer[s] < 0:
+                    self.const_bytes -= self.arena.request_size(self.size[s])
+                self.executor.forget(s)   # no memory, nothing kept: no call
             o = self.producer[s]
             self._recycle(s)
             if o >= 0:

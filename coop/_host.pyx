@@ -245,23 +245,34 @@ cdef class HostBackend:
 
 
 cdef class _Placing:
-    """HostBackend.placing's context (a C class: it runs around every kernel)."""
+    """HostBackend.placing's context (a C class: it runs around every kernel). It keeps the
+    handler it replaced itself, so entering costs one capsule and two handler swaps."""
     cdef HostBackend backend
     cdef int placement
     cdef int saved
+    cdef object previous       # the handler this context replaced
 
     def __enter__(self):
-        self.saved = self.backend.placement
-        self.backend.placement = self.placement
-        try:
-            return self.backend.__enter__()
-        except BaseException:
-            self.backend.placement = self.saved
-            raise
+        cdef HostBackend backend = self.backend
+        capsule = PyCapsule_New(<void*>&backend.handler, CAPSULE_NAME, _release_backend)
+        PyCapsule_SetContext(capsule, <void*>backend)
+        Py_INCREF(backend)   # released by the capsule's destructor, after the last array using it
+        self.saved = backend.placement
+        backend.placement = self.placement
+        backend.last_error = None
+        self.previous = cnp.PyDataMem_SetHandler(capsule)
+        return backend
 
     def __exit__(self, exc_type, exc, tb):
-        self.backend.placement = self.saved
-        return self.backend.__exit__(exc_type, exc, tb)
+        cdef HostBackend backend = self.backend
+        cnp.PyDataMem_SetHandler(self.previous)
+        self.previous = None
+        backend.placement = self.saved
+        error, backend.last_error = backend.last_error, None
+        if error is not None and isinstance(exc, MemoryError) and exc is not error:
+            # NumPy replaced the handler's error with its own; show the real reason
+            raise error from exc
+        return False
 
 
 Backend.register(HostBackend)

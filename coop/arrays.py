@@ -1,13 +1,18 @@
-"""Arrays over arena memory: a storage's bytes as one flat array, and views rebuilt on it.
+"""Arrays over arena memory: a storage's memory array, and views rebuilt on it.
 
-Works for NumPy and CuPy alike; the runtime never caches views, so a storage's memory is held
-by its flat array alone (and by whatever a user borrowed, which held_elsewhere detects).
+A storage's memory is held by one array (``memory_of``): the kernel's own output when it is
+C-contiguous (a tensor on it as it is needs no new view), else its bytes as one flat array.
+Works for NumPy and CuPy alike; the runtime caches no other view, so a storage's memory is held
+by that array alone (and by whatever a user borrowed, which held_elsewhere detects).
 """
 import sys
 
 import numpy
 
-from coop.tensor import View
+
+def memory_of(root):
+    """The array to keep for a root array's memory: itself when C-contiguous, else its bytes."""
+    return root if root.flags.c_contiguous else flat_bytes(root)
 
 
 def flat_bytes(root):
@@ -23,12 +28,8 @@ def data_ptr(array):
     return array.__array_interface__["data"][0] if isinstance(array, numpy.ndarray) else array.data.ptr
 
 
-def view_of(storage, array, flat):
-    return View(storage, array.shape, array.dtype, array.strides, data_ptr(array) - data_ptr(flat))
-
-
 def build_view(xp, flat, view):
-    """An array for view on a storage whose bytes are flat."""
+    """An array for view on a storage whose memory array is flat (C-contiguous)."""
     if xp is numpy:
         return numpy.ndarray(view.shape, view.dtype, buffer=flat, offset=view.offset, strides=view.strides)
     return xp.ndarray(view.shape, view.dtype, memptr=flat.data + view.offset, strides=view.strides)
@@ -38,11 +39,15 @@ def host_copy(xp, array):
     return numpy.array(array if xp is numpy else xp.asnumpy(array), copy=True)
 
 
-def held_elsewhere(flat):
+def held_elsewhere(memory):
     """True when something besides the storage refers to its memory (a user's view)."""
-    # expected references to flat: the storage's attribute, this call's argument and
-    # getrefcount's; to the root (flat.base): flat and getrefcount's argument. NumPy views made
-    # by others point at the root; CuPy views hold a MemoryPointer to the same memory object.
-    if sys.getrefcount(flat) > 3 or sys.getrefcount(flat.base) > 2:
+    # expected references to the memory array: the executor's list slot, this call's argument
+    # and getrefcount's; to its base (a flat array's root): the memory array and getrefcount's
+    # argument. NumPy views made by others point at the root; CuPy views hold a MemoryPointer
+    # to the same memory object.
+    if sys.getrefcount(memory) > 3:
         return True
-    return not isinstance(flat, numpy.ndarray) and sys.getrefcount(flat.data.mem) > 2
+    base = memory.base
+    if base is not None and sys.getrefcount(base) > 3:   # + the local name `base`
+        return True
+    return not isinstance(memory, numpy.ndarray) and sys.getrefcount(memory.data.mem) > 2

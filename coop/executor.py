@@ -11,7 +11,7 @@ import numpy
 
 from coop._engine import Executor
 from coop._replay import SizeExecutor
-from coop.arrays import build_view, data_ptr, flat_bytes, held_elsewhere
+from coop.arrays import build_view, data_ptr, held_elsewhere, memory_of
 
 _ns = time.perf_counter_ns
 
@@ -31,12 +31,15 @@ class OpRecord:
 
 
 class ArrayExecutor(Executor):
-    """Kernels on the backend's arrays; a storage's memory is its flat array (``arrays``)."""
+    """Kernels on the backend's arrays; a storage's memory is one array (``arrays``: the
+    kernel's C-contiguous output itself, or its bytes as a flat array; coop.arrays)."""
 
     def __init__(self, backend):
         self.backend = backend
         self.xp = backend.xp
-        self.arrays = []      # storage id -> flat uint8 root array while resident, else None
+        self.ndarray = backend.xp.ndarray
+        self._placing = backend.placing
+        self.arrays = []      # storage id -> its memory array while resident, else None
         self.records = []     # op id -> OpRecord (a dead op's entry waits to be reused)
 
     # ---- the runtime's side -------------------------------------------------------------------
@@ -51,10 +54,12 @@ class ArrayExecutor(Executor):
 
     def array(self, view):
         """An array for view (its storage must be resident)."""
-        flat = self.arrays[view.sid]
-        if flat is None:
+        memory = self.arrays[view.sid]
+        if memory is None:
             raise RuntimeError(f"storage {view.sid} is not resident")
-        return build_view(self.xp, flat, view)
+        if view.natural:
+            return memory
+        return build_view(self.xp, memory, view)
 
     def array_of(self, sid):
         return self.arrays[sid] if sid < len(self.arrays) else None
@@ -71,16 +76,18 @@ class ArrayExecutor(Executor):
         if rec.seed is not None:
             attrs = dict(attrs, rng=xp.random.default_rng(rec.seed))
         i = kernel.inplace
-        with self.backend.placing(placement):
+        with self._placing(placement):
             if old is not None:
                 out = xp.array(old, copy=True)
-                arrays[i] = build_view(xp, out, rec.inputs[i])
+                arrays[i] = out if rec.inputs[i].natural else build_view(xp, out, rec.inputs[i])
             start = _ns()
-            result = kernel.fn(*arrays, **attrs)
+            result = kernel.fn(*arrays, **attrs) if attrs else kernel.fn(*arrays)
             elapsed = _ns() - start
             if i is not None:
                 if old is None:
                     out = arrays[i]
+            elif type(result) is self.ndarray:
+                return (result,), elapsed          # the common case: one array
             elif isinstance(result, numpy.generic) or (
                     isinstance(result, tuple) and any(isinstance(o, numpy.generic) for o in result)):
                 # NumPy returns scalars from full reductions: 0-d arrays, inside the arena
@@ -100,9 +107,10 @@ class ArrayExecutor(Executor):
         return outs, elapsed
 
     def adopt(self, outs, placement):
-        """(root, offset) of each output, memory from outside the arena copied in."""
+        """(output, root, offset) of each output; memory from outside the arena (a worker
+        thread's, a cached array) is copied in, and the copy is the output."""
         backend = self.backend
-        ndarray = self.xp.ndarray
+        ndarray = self.ndarray
         placed = []
         for o in outs:
             root = o
@@ -110,30 +118,29 @@ class ArrayExecutor(Executor):
                 root = root.base
             offset = backend.offset_of(root)
             if offset is None:
-                # made outside the arena (a worker thread, a cached array): copy it in
                 with backend.placing(placement):
-                    root = self.xp.array(root, copy=True)
+                    o = root = self.xp.array(o, copy=True)
                 offset = backend.offset_of(root)
-            placed.append((root, offset))
+            placed.append((o, root, offset))
         return placed
 
-    def views(self, runtime, outs, placed, sids):
-        """Views of a first run's outputs on their storages (new ones keep the root's bytes)."""
+    def views(self, runtime, placed, sids):
+        """Views of a first run's outputs on their storages (new ones keep the root's memory)."""
         arrays = self.arrays
         n = len(arrays)
         views = []
-        for o, (root, _), sid in zip(outs, placed, sids):
+        for (o, root, _), sid in zip(placed, sids):
             if sid >= n:
                 arrays.extend([None] * (sid + 1 - n))
                 n = sid + 1
-            flat = arrays[sid]
-            if flat is None:
-                flat = arrays[sid] = flat_bytes(root)
-            if o is root and flat.base is root and root.flags.c_contiguous:
-                views.append(View(runtime, sid, o.shape, o.dtype, o.strides, 0))
+            memory = arrays[sid]
+            if memory is None:
+                memory = arrays[sid] = memory_of(root)
+            if o is memory:
+                views.append(View(runtime, sid, o.shape, o.dtype, o.strides, 0, True))
             else:
                 views.append(View(runtime, sid, o.shape, o.dtype, o.strides,
-                                  data_ptr(o) - data_ptr(flat)))
+                                  data_ptr(o) - data_ptr(memory)))
         return views
 
     # ---- the engine's side --------------------------------------------------------------------
@@ -145,7 +152,8 @@ class ArrayExecutor(Executor):
         arrays = self.arrays
         ins = []
         for sid, view in zip(engine.inputs(o), rec.inputs):
-            ins.append(build_view(self.xp, arrays[sid], view))
+            # an old value made by an in-place op has its storage's layout: natural stays true
+            ins.append(arrays[sid] if view.natural else build_view(self.xp, arrays[sid], view))
         placement = engine.placement(o)
         i = rec.kernel.inplace
         outs, _ = self.call(rec, ins, placement, None if i is None else arrays[engine.inputs(o)[i]])
@@ -153,17 +161,17 @@ class ArrayExecutor(Executor):
         missing = engine.evicted_outputs(o)
         if not missing:
             return 0
-        for (k, sid), (root, offset) in zip(missing, self.adopt([outs[k] for k, _ in missing],
-                                                                placement)):
+        for (k, sid), (_, root, offset) in zip(missing, self.adopt([outs[k] for k, _ in missing],
+                                                                   placement)):
             shape, dtype = rec.outputs[k]
             if outs[k].shape != shape or outs[k].dtype != dtype:
                 raise RuntimeError(f"kernel {rec.kernel.name!r} returned {outs[k].shape} "
                                    f"{outs[k].dtype} on recompute, {shape} {dtype} the first time")
-            flat = flat_bytes(root)
+            memory = memory_of(root)
             engine.bind(sid, offset)
             if sid >= len(arrays):      # an old value made by an in-place op, resident at last
                 arrays.extend([None] * (sid + 1 - len(arrays)))
-            arrays[sid] = flat
+            arrays[sid] = memory
         return 0
 
     def drop(self, sid):
@@ -184,7 +192,7 @@ class ArrayExecutor(Executor):
         memory of dst, if dst is src, is freed with its array."""
         arrays = self.arrays
         with self.backend.placing(placement):
-            moved = flat_bytes(self.xp.array(arrays[src], copy=True))
+            moved = self.xp.array(arrays[src], copy=True)    # C-contiguous, as the source
         self.engine.bind(dst, self.backend.offset_of(moved))
         if dst >= len(arrays):
             arrays.extend([None] * (dst + 1 - len(arrays)))
@@ -197,7 +205,6 @@ class SimExecutor(SizeExecutor):
 
     def __init__(self, backend):
         self.backend = backend
-        self.records = []
 
     def record(self, o, rec):
         pass      # a recompute needs no record: sizes are the engine's

@@ -38,7 +38,7 @@ def apply(kernel, *inputs, **attrs):
     """Run kernel on coop Tensors (see Runtime.apply); the runtime is the inputs' own."""
     for t in inputs:
         if isinstance(t, Tensor):
-            return t.runtime.apply(kernel, *inputs, **attrs)
+            return t._view.runtime.apply(kernel, *inputs, **attrs)
     return get_runtime().apply(kernel, *inputs, **attrs)
 
 
@@ -87,6 +87,8 @@ class Runtime:
         self.cost_model = cost
         self.classifier = classifier
         self.density_threshold = density_threshold
+        self._by_type = classifier == "type"
+        self._timed = cost is None and classifier == "type"   # an op's cost is its elapsed ns
         self._density = {}   # kernel name -> last measured cost per output byte (timing)
         self.seed = seed
         self.trace = None
@@ -136,7 +138,7 @@ class Runtime:
                 root = root.base
             nbytes = root.nbytes
             sid = engine.constant(nbytes, self.backend.offset_of(root))
-            view = self._executor.views(self, (array,), ((root, None),), (sid,))[0]
+            view = self._executor.views(self, ((array, root, None),), (sid,))[0]
         if self.trace is not None:
             self.trace.constant(sid, nbytes)
         tensor = Tensor(view)
@@ -185,31 +187,33 @@ class Runtime:
             seed = int(numpy.random.SeedSequence([self.seed, self._random_ops]).generate_state(1)[0])
             self._random_ops += 1
         rec = OpRecord(kernel, views, attrs, seed)
-        placement = self._placement(rec)
+        placement = kernel.cls if self._by_type else self._placement(rec)
         engine = self._engine
-        executor = self._executor
         o = engine.begin(sids, placement)
         if kernel.inplace is not None:
             return self._apply_inplace(o, rec, placement)
-        where = placement if self._partition else EXPENSIVE
         if self._sim:
             return self._sim_first(o, rec)
+        executor = self._executor
         trace = self.trace
         try:
             if trace is not None:
                 self.arena.start_log()
-            outs, elapsed = executor.call(rec, [executor.array(v) for v in views], where)
-            placed = executor.adopt(outs, where)
+            arrays = executor.arrays     # the engine made the inputs resident
+            outs, elapsed = executor.call(
+                rec, [arrays[v.sid] if v.natural else executor.array(v) for v in views],
+                placement if self._partition else EXPENSIVE)
+            placed = executor.adopt(outs, placement if self._partition else EXPENSIVE)
         except BaseException:
             if trace is not None:
                 self.arena.take_log()
             engine.abort(o)
             raise
-        cost = self._cost(rec, elapsed, [(x.shape, x.dtype) for x in outs])
-        out_sids = engine.finish_call(o, cost, [(root.nbytes, offset) for root, offset in placed])
-        rec.outputs = [(x.shape, x.dtype) for x in outs]
+        rec.outputs = specs = [(x.shape, x.dtype) for x in outs]
+        cost = float(elapsed) if self._timed else self._cost(rec, elapsed, specs)
+        out_sids = engine.finish_call(o, cost, [(root.nbytes, offset) for _, root, offset in placed])
         executor.record(o, rec)
-        out_views = executor.views(self, outs, placed, out_sids)
+        out_views = executor.views(self, placed, out_sids)
         del outs, placed
         if trace is not None:
             self._trace_call(rec, out_views, cost, placement, self.arena.take_log())
@@ -263,8 +267,9 @@ class Runtime:
                     self.arena.take_log()
                 engine.abort(o)
                 raise
-            nbytes = executor.arrays[target.sid].nbytes
-            rec.outputs = [((nbytes,), numpy.dtype(numpy.uint8))]
+            memory = executor.arrays[target.sid]   # a recompute returns a copy of the old one
+            rec.outputs = [(memory.shape, memory.dtype)]
+            del memory
         cost = self._cost(rec, elapsed, [target.spec])
         if trace is not None:
             # the program's storages, before the old value replaces S in the records
@@ -334,15 +339,14 @@ class Runtime:
         return self._engine.storages()
 
     def evict(self, *tensors):
-        """Evict the tensors' storages now, where the policy could (recomputable, unpinned,
-        not held by a user's array): for experiments and tests."""
+        """Evict the tensors' (or storage ids') storages now, where the policy could
+        (recomputable, unpinned, not held by a user's array): for experiments and tests."""
         for t in tensors:
             self._engine.evict_now(t._view.sid if isinstance(t, Tensor) else t)
 
-    # for tests: the engine's state, by storage id
-    _evict = lambda self, sids: self.evict(*sids)   # noqa: E731
-    _storages = property(lambda self: self._engine.storages())
-    _pins = property(lambda self: self._engine.pinned())
+    def pinned(self):
+        """{storage id: pins} of the storages pinned now (empty between ops)."""
+        return self._engine.pinned()
 
 
 class _Recording:

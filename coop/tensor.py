@@ -15,17 +15,19 @@ from coop.autograd import TensorMethods
 
 
 class View:
-    """Where a tensor's elements sit in its storage: shape, dtype, strides, byte offset."""
+    """Where a tensor's elements sit in its storage: shape, dtype, strides, byte offset.
+    ``natural``: the view is the storage's memory array itself (no view to build)."""
 
-    __slots__ = ("runtime", "sid", "shape", "dtype", "strides", "offset")
+    __slots__ = ("runtime", "sid", "shape", "dtype", "strides", "offset", "natural")
 
-    def __init__(self, runtime, sid, shape, dtype, strides, offset):
+    def __init__(self, runtime, sid, shape, dtype, strides, offset, natural=False):
         self.runtime = runtime
         self.sid = sid
         self.shape = shape
         self.dtype = dtype
         self.strides = strides
         self.offset = offset
+        self.natural = natural
 
     @property
     def spec(self):

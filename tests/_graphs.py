@@ -45,7 +45,7 @@ def resident(t):
 
 def evict(rt, *tensors):
     """Evict the tensors' storages the way the core's callback would; they must be gone."""
-    rt._evict([t.storage.sid for t in tensors])
+    rt.evict(*tensors)
     for t in tensors:
         assert not resident(t) and not rt.arena.storage_info(t.storage.sid)["resident"]
 

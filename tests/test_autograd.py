@@ -128,7 +128,7 @@ def test_a_kernel_output_in_permuted_memory_order_is_adopted_without_a_copy():
     y = rt.apply(coop.Kernel(lambda a: np.exp(a.transpose(1, 2, 0)), name="exp_t"), rt.tensor(x_np))
     assert y.storage.nbytes == x_np.nbytes
     np.testing.assert_array_equal(y.numpy(), np.exp(x_np.transpose(1, 2, 0)))
-    rt._evict([y.storage.sid])
+    rt.evict(y)
     np.testing.assert_array_equal(y.numpy(), np.exp(x_np.transpose(1, 2, 0)))
 
 

@@ -173,7 +173,7 @@ def train_mlp(budget, steps=1000):
         opt.step()
         opt.zero_grad()
         if step in (50, steps):
-            seen[step] = (len(rt._storages), rt.arena.stats()["used_bytes"])
+            seen[step] = (len(rt.storages()), rt.arena.stats()["used_bytes"])
     return seen, rt.stats()
 
 

@@ -279,7 +279,7 @@ def test_dropout_scales_kept_values_and_replays_its_mask_on_recompute():
     np.testing.assert_array_equal(first[kept], x.numpy()[kept] * (1 / 0.7))
     assert abs(kept.mean() - 0.7) < 0.05
     mask = y.grad_fn.saved[0]
-    rt._evict([y.storage.sid, mask.storage.sid])
+    rt.evict(y, mask)
     assert y.storage.array is None and mask.storage.array is None
     np.testing.assert_array_equal(y.numpy(), first)              # recomputed, bit for bit
     np.testing.assert_array_equal(mask.numpy(), kept)

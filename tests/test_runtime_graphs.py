@@ -51,8 +51,8 @@ def assert_clean_after(rt):
     """After a run (or its OutOfMemoryError) and once every tensor is gone: nothing is
     pinned, the arena is consistent, no byte and no record is left."""
     rt.arena.check()
-    assert rt._pins == {}
-    assert used(rt) == 0 and len(rt._storages) == 0
+    assert rt.pinned() == {}
+    assert used(rt) == 0 and len(rt.storages()) == 0
     x = rt.tensor(np.ones(4))
     assert np.array_equal(rt.apply(ADD, x, x).numpy(), np.full(4, 2.0))
 
@@ -77,7 +77,7 @@ def test_values_are_bit_identical_at_every_budget(seed, policy):
         assert stats["peak_used_bytes"] <= rt.arena.capacity <= budget
         assert stats["ops"] == unlimited["ops"] and stats["cost_first"] == unlimited["cost_first"]
         assert stats["compute_overhead"] >= 1.0
-        assert stats["held"] == 0 and rt._pins == {}
+        assert stats["held"] == 0 and rt.pinned() == {}
     # the lowest budget really exercised eviction and rematerialization
     assert stats["evictions"] > 0 and stats["recomputes"] > 0
     assert stats["cost_total"] > stats["cost_first"]

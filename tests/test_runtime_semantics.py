@@ -21,7 +21,7 @@ def pins(rt, *tensors):
 
 def state(rt):
     """What a refused call must leave unchanged."""
-    return used(rt), rt.arena.pieces(), len(rt._storages), rt.stats()["ops"], dict(rt._pins)
+    return used(rt), rt.arena.pieces(), len(rt.storages()), rt.stats()["ops"], rt.pinned()
 
 
 # ---- aliases ------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def test_records_live_exactly_as_long_as_something_needs_them(rt, no_gc):
     assert not rt._engine.resident(ys)                       # the dependency was evicted again
     del z
     assert rt._engine.live_ops == 0
-    assert list(rt._storages) == [x.storage.sid] and used(rt) == 64
+    assert rt.storages() == [x.storage.sid] and used(rt) == 64
     rt.arena.check()
 
 
@@ -224,7 +224,7 @@ def test_a_reference_kept_past_borrow_holds_the_storage_forever(make_rt):
     rt.apply(ADDC, x, c=3.0)                                 # LRU picks a: refused, b goes
     assert rt.stats()["held"] == 1 and resident(a) and not resident(b)
     assert rt.arena.storage_info(a.storage.sid)["evictable"] is False
-    rt._evict([a.storage.sid])
+    rt.evict(a)
     assert resident(a) and rt.stats()["held"] == 1
     assert np.array_equal(kept, np.ones(128)) and np.array_equal(a.numpy(), np.ones(128))
     rt.arena.check()
@@ -247,7 +247,7 @@ def test_a_10000_op_chain_recomputes_and_dies_without_recursion(rt, no_gc):
         del y                                                # the whole record chain dies
     finally:
         sys.setrecursionlimit(limit)
-    assert list(rt._storages) == [x.storage.sid] and used(rt) == 64
+    assert rt.storages() == [x.storage.sid] and used(rt) == 64
     rt.arena.check()
 
 
@@ -310,7 +310,7 @@ def test_foreign_and_non_tensor_inputs_are_refused(rt, make_rt):
             rt.apply(MUL, value, rt.tensor(np.ones(3)))
     with pytest.raises(RuntimeError, match="no coop runtime is active"):
         coop.apply(MUL, np.ones(3), np.ones(3))
-    assert rt._pins == {} and rt.stats()["ops"] == 0
+    assert rt.pinned() == {} and rt.stats()["ops"] == 0
     rt.arena.check()
 
 
@@ -361,7 +361,7 @@ def test_out_of_memory_during_a_recompute_leaves_nothing_pinned(make_rt):
     with pytest.raises(coop.OutOfMemoryError):
         c.numpy()
     assert pins(rt, x, c) == [0, 0] and rt.arena.storage_info(b_sid)["pins"] == 0
-    assert rt._pins == {} and rt.stats()["held"] == 0        # the traceback's arrays: not "held"
+    assert rt.pinned() == {} and rt.stats()["held"] == 0        # the traceback's arrays: not "held"
     rt.arena.check()
     del filler
     assert np.array_equal(c.numpy(), np.full(128, 16.0))

@@ -180,5 +180,5 @@ def test_the_simulator_needs_shape_rules():
     assert x.storage.nbytes == 64 and rt.arena.storage_info(x.storage.sid)["evictable"] is False
     with pytest.raises(TypeError, match="kernel 'add_scalar' has no shape rule"):
         rt.apply(ADDC, x, c=1.0)
-    assert rt._pins == {}
+    assert rt.pinned() == {}
     rt.arena.check()
