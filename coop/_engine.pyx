@@ -26,14 +26,9 @@ from libc.math cimport isfinite
 from libc.stdint cimport int64_t, uint64_t
 from libcpp.vector cimport vector
 
-from coop._core cimport Arena, Evictor, policy_code
+from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor, policy_code
 
-from coop._core import EXPENSIVE, LOWEST
-from coop.errors import OutOfMemoryError
 from coop.policies import get_policy
-
-cdef int PLACE_EXPENSIVE = 0
-cdef int PLACE_LOWEST = 2
 
 
 class Thrash(Exception):

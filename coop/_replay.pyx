@@ -8,12 +8,10 @@ the runtime uses on the simulation backend. Semantics: docs/trace-format.md.
 """
 from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from coop._core cimport Arena
 from coop._engine cimport Engine, Executor
 
-from coop._engine import Thrash
 
 # record kinds
 cdef enum:
@@ -21,12 +19,6 @@ cdef enum:
 
 KINDS = {"constant": R_CONSTANT, "call": R_CALL, "mutate": R_MUTATE, "release": R_RELEASE,
          "access": R_ACCESS, "materialize": R_MATERIALIZE}
-
-
-cdef inline double _monotonic() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef class Program:

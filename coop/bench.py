@@ -1,10 +1,10 @@
 """`coop bench`: sweep budget ratios x policies over the paper's models (and any traces given)
-with the trace replayer (coop.replay: the real arena core), and report DESIGN.md's metrics.
+with the trace replayer (coop.replay: the real arena core), and report docs/design.md's metrics.
 
 Each paper model is recorded once (one training step at its paper batch, simulation backend,
 a100-80gb roofline costs) into OUT/traces/ (reused unless --rerecord); extra traces (coop
 traces or DTR logs) are given as paths. Per model, the unlimited run gives the peak (ratio 1.0)
-and DESIGN.md's lower bound. Each policy then replays at ratios 1.00, 0.99, ... (--step) until
+and docs/design.md's lower bound. Each policy then replays at ratios 1.00, 0.99, ... (--step) until
 it has failed (OOM or thrash: overhead > 2.0) at --patience consecutive ratios, or the ratio
 falls below the lower bound - 0.05 (never below 0.01); 0.5 and 0.3 are always tried when above
 that floor. Runs are not always monotone in the budget: a policy can fail at a ratio and

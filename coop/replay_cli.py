@@ -1,5 +1,5 @@
 """Replay a trace (coop's JSON lines, or a DTR simulator log) under a budget on the real arena
-core, for one or more policies, and print DESIGN.md's metrics.
+core, for one or more policies, and print docs/design.md's metrics.
 
 A budget is a ratio of the trace's unlimited peak ("0.5") or a size with a unit ("6GiB").
 Example: coop replay run.jsonl --budget 0.5 --policy coop,dtr,dtr-ideal

@@ -193,7 +193,7 @@ class Runtime:
         if kernel.inplace is not None:
             return self._apply_inplace(o, rec, placement)
         if self._sim:
-            return self._sim_first(o, rec)
+            return self._sim_first(o, rec, placement)
         executor = self._executor
         trace = self.trace
         try:
@@ -221,7 +221,7 @@ class Runtime:
             return Tensor(out_views[0])
         return tuple(Tensor(v) for v in out_views)
 
-    def _sim_first(self, o, rec):
+    def _sim_first(self, o, rec, placement):
         """A first run on the simulation backend: outputs sized by the kernel's shape rule."""
         kernel = rec.kernel
         engine = self._engine
@@ -240,7 +240,7 @@ class Runtime:
         out_views = [View(self, sid, tuple(spec[0]), numpy.dtype(spec[1]), None, 0)
                      for sid, spec in zip(out_sids, specs)]
         if self.trace is not None:
-            self._trace_call(rec, out_views, cost, self._placement(rec), None)
+            self._trace_call(rec, out_views, cost, placement, None)
         if len(out_views) == 1:
             return Tensor(out_views[0])
         return tuple(Tensor(v) for v in out_views)
@@ -260,8 +260,8 @@ class Runtime:
                 if trace is not None:
                     self.arena.start_log()
                 # the first run mutates S itself; only a recompute reads the old value
-                executor.call(rec, [executor.array(v) for v in rec.inputs],
-                              placement if self._partition else EXPENSIVE)
+                _, elapsed = executor.call(rec, [executor.array(v) for v in rec.inputs],
+                                           placement if self._partition else EXPENSIVE)
             except BaseException:
                 if trace is not None:
                     self.arena.take_log()

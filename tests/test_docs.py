@@ -20,17 +20,6 @@ TEXT_SUFFIXES = {".py", ".pyx", ".pxd", ".pxi", ".md", ".txt", ".toml", ".cfg", 
 #: the old name, as cited ("DESIGN.md", "DESIGN's")
 OLD_DESIGN = re.compile(r"\bDESIGN\b(?:\.md)?")
 
-#: KNOWN EXCEPTIONS, to be emptied: files that cited the missing design document when this
-#: test was written and that their owners were editing then (each reference is to become
-#: docs/design.md). Take a file off once it no longer cites it; when the set is empty, delete it.
-DESIGN_MD_REFERENCES_NOT_YET_FIXED = frozenset({
-    "coop/_replay.pyx",
-    "coop/bench.py",
-    "coop/replay.py",
-    "coop/replay_cli.py",
-    "coop/runtime.py",
-})
-
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
@@ -119,8 +108,7 @@ def _citing_files():
 
 def test_nothing_cites_the_missing_design_document():
     found = _citing_files()
-    new = {f: lines for f, lines in found.items() if f not in DESIGN_MD_REFERENCES_NOT_YET_FIXED}
-    assert not new, f"cite docs/design.md instead (file: lines): {new}"
+    assert not found, f"cite docs/design.md instead (file: lines): {found}"
 
 
 #: subcommand -> the module whose docstring is its help text
@@ -135,7 +123,5 @@ def test_cli_help_names_only_existing_files(command):
     # a document the user is sent to: a path (docs/x.md) or a capitalised name (README.md);
     # not the output files `coop bench` writes (tables.md)
     named = {n for n in re.findall(r"[\w./-]*\w\.md\b", out) if "/" in n or n[:-3].isupper()}
-    if HELP_SOURCES[command] in DESIGN_MD_REFERENCES_NOT_YET_FIXED:
-        named.discard("DESIGN.md")
     missing = sorted(n for n in named if not (ROOT / n).is_file())
     assert not missing, f"`coop {command} --help` names {missing}"

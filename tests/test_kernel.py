@@ -80,6 +80,8 @@ def test_host_kernels_are_timed_by_default():
     x = rt.tensor(np.ones(1000))
     y = rt.apply(coop.Kernel(lambda a: np.sin(a) ** 2, name="sin2"), x)
     assert rt.cost_model is None and 0 < rt._engine.op_cost(y.storage.op) == rt.stats()["cost_first"]
+    rt.apply(coop.Kernel(lambda a: np.sin(a, out=a), name="sin_", inplace=0), y)
+    assert 0 < rt._engine.op_cost(y.storage.op) < rt.stats()["cost_first"]   # in-place: timed too
 
 
 def test_density_classifier_uses_cost_per_output_byte(make_rt):
