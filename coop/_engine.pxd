@@ -97,6 +97,9 @@ cdef class Engine(Evictor):
     cdef int _finish_common(self, int o) except -1
     cdef int _die(self, int s) except -1
     cdef void _recycle(self, int s) noexcept
+    cdef int _storage(self, int s) except -1
+    cdef int _running(self, int o) except -1
+    cdef int _op(self, int o) except -1
     cdef int c_release(self, int s) except -1
     cdef int c_access(self, int s) except -1
     cdef int c_materialize(self, int s) except -1

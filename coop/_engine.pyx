@@ -690,6 +690,22 @@ cdef class Engine(Evictor):
         return 0
 
     # ---- Python API (the runtime's) -----------------------------------------------------------
+    # Every entry checks its ids: the vectors are read without bounds checks.
+
+    cdef inline int _storage(self, int s) except -1:
+        if s < 0 or s >= <int>self.alive.size() or not self.alive[s]:
+            raise ValueError(f"storage {s} does not exist")
+        return s
+
+    cdef inline int _running(self, int o) except -1:
+        if o < 0 or o != self.cur_op:
+            raise ValueError(f"op {o} is not the op running now ({self.cur_op})")
+        return o
+
+    cdef inline int _op(self, int o) except -1:
+        if o < 0 or o >= <int>self.op_in.size():
+            raise ValueError(f"op {o} does not exist")
+        return o
 
     def constant(self, nbytes, Py_ssize_t offset=-1):
         """Register a constant of nbytes at offset (an anonymous used piece), or place it."""
@@ -706,6 +722,7 @@ cdef class Engine(Evictor):
         """The running op's outputs as (nbytes, offset) each (offset -1: place it now; -2 - i:
         a view of input i); an output at an input's offset is an alias of that input, two at
         one offset share a storage. Returns the storage of each output."""
+        self._running(o)
         cdef list sids = []
         cdef Py_ssize_t off
         cdef int s, k
@@ -718,6 +735,9 @@ cdef class Engine(Evictor):
                 s = -1
                 if off <= -2:
                     # declared a view of input -2 - off (the simulation backend)
+                    if -2 - off >= <Py_ssize_t>self.op_in[o].size():
+                        raise ValueError(f"output declared a view of input {-2 - off}, but "
+                                         f"the op has {self.op_in[o].size()} inputs")
                     s = self.op_in[o][-2 - off]
                     self.c_alias(o)
                     sids.append(s)
@@ -747,9 +767,11 @@ cdef class Engine(Evictor):
         return sids
 
     def abort(self, int o):
+        self._running(o)
         self.c_abort(o)
 
     def prepare_inplace(self, int o, list mutated):
+        self._running(o)
         cdef vector[int] ms
         for m in mutated:
             ms.push_back(m)
@@ -760,6 +782,7 @@ cdef class Engine(Evictor):
             raise
 
     def finish_inplace(self, int o, double cost):
+        self._running(o)
         if not isfinite(cost) or cost < 0.0:
             self.c_abort(o)
             raise ValueError(f"an op's cost must be a finite number >= 0, got {cost!r}")
@@ -768,59 +791,56 @@ cdef class Engine(Evictor):
 
     def retain(self, int s):
         """The program took a reference to s (a Tensor)."""
+        self._storage(s)
         self.users[s] += 1
 
     def unref(self, int s):
         """The program dropped a reference to s; at none, s is released."""
+        self._storage(s)
         self.users[s] -= 1
         if self.users[s] == 0:
             self.c_release(s)
 
     def pin(self, int s):
+        self._storage(s)
         self._pin1(s)
 
     def unpin(self, int s):
+        self._storage(s)
         if self.pins[s] <= 0:
             raise ValueError(f"unpin of storage {s}, which the engine has not pinned")
         self._unpin1(s, True)
 
     def make_resident(self, int s):
         """Recompute s if it is evicted (pin it first)."""
+        self._storage(s)
         self._make_resident1(s)
 
-    def access(self, int s):
-        self.c_access(s)
-
     def materialize(self, int s):
+        self._storage(s)
         self.c_materialize(s)
 
     def evict_now(self, int s):
         """Drop resident s's memory if the policy could: recomputable, unpinned, not held."""
-        if s < 0 or s >= <int>self.alive.size() or not self.alive[s]:
-            raise ValueError(f"storage {s} does not exist")
+        self._storage(s)
         if self.offset[s] >= 0 and self.pins[s] == 0 and self.producer[s] >= 0 \
                 and self.arena.c_evictable(self.slot[s]):
             self._drop(s)
 
     def bind(self, int s, Py_ssize_t offset):
         """Bind the anonymous used piece at offset to registered, non-resident s."""
+        self._storage(s)
         self.c_bind(s, offset)
-
-    def place(self, int s, int placement):
-        """Memory for registered, non-resident s (evicting as the policy chooses)."""
-        self._place(s, placement)
 
     def inputs(self, int o):
         """o's current input storages (in-place ops redirect them)."""
+        self._op(o)
         return list(self.op_in[o])
-
-    def outputs(self, int o):
-        """o's output storages (-1: an alias, or dead)."""
-        return list(self.op_out[o])
 
     def evicted_outputs(self, int o):
         """(index, storage) of o's live outputs that have no memory: what running it again
         must give memory to."""
+        self._op(o)
         cdef int k, s
         out = []
         for k in range(<int>self.op_out[o].size()):
@@ -830,12 +850,15 @@ cdef class Engine(Evictor):
         return out
 
     def placement(self, int o):
+        self._op(o)
         return self.placement_of[o]
 
     def op_cost(self, int o):
+        self._op(o)
         return self.cost[o]
 
     def resident(self, int s):
+        self._storage(s)
         return self.offset[s] >= 0
 
     def info(self, int s):

@@ -116,10 +116,13 @@ HELP_SOURCES = {"": "coop/__main__.py", "replay": "coop/replay_cli.py", "bench":
 
 
 @pytest.mark.parametrize("command", list(HELP_SOURCES), ids=lambda c: c or "coop")
-def test_cli_help_names_only_existing_files(command):
+def test_cli_help_names_only_existing_files(command, tmp_path):
+    # the coop imported here (installed, or built in place), not the checkout's sources that
+    # `python -m` would find first in the working directory
     env = dict(os.environ, PYTHONPATH=str(Path(coop.__file__).parent.parent))
     argv = [sys.executable, "-m", "coop", *([command] if command else []), "--help"]
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True,
+                         cwd=tmp_path).stdout
     # a document the user is sent to: a path (docs/x.md) or a capitalised name (README.md);
     # not the output files `coop bench` writes (tables.md)
     named = {n for n in re.findall(r"[\w./-]*\w\.md\b", out) if "/" in n or n[:-3].isupper()}

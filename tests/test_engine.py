@@ -1,0 +1,157 @@
+"""The residency engine (coop._engine), tested directly: sizes only, with the engine placing
+memory (coop._replay.SizeExecutor), exact counters, and the arena's check() after every step.
+The executors are tested against it elsewhere: the array executor by the runtime's tests,
+the sizes executor by tests/test_replay.py (replays equal to recorded runs)."""
+import math
+
+import pytest
+
+import coop
+from coop._core import CHEAP, EXPENSIVE
+from coop._engine import Engine, Thrash
+from coop._replay import SizeExecutor
+
+KIB = 1024
+
+
+def engine(budget=16 * KIB, policy="coop", thrash=0.0):
+    arena = coop.Arena(budget, 512)
+    return Engine(arena, policy, SizeExecutor(), thrash), arena
+
+
+def call(e, inputs, nbytes, cost=10.0, placement=CHEAP):
+    """A first run of an op reading inputs with one new output of nbytes; the program holds it."""
+    o = e.begin(list(inputs), placement)
+    (s,) = e.finish_call(o, cost, [(nbytes, -1)])
+    e.retain(s)
+    return s
+
+
+def test_a_chain_recomputes_what_it_needs_and_keeps_no_pin():
+    e, arena = engine()
+    c = e.constant(KIB)
+    e.retain(c)
+    a = call(e, [c], KIB)
+    b = call(e, [a], KIB)
+    e.unref(a)                          # released: its memory goes, its record stays for b
+    assert not e.resident(a) and a in e.storages()
+    e.evict_now(b)
+    assert not e.resident(b)
+    e.pin(b)
+    e.make_resident(b)                  # recomputes a, then b
+    e.unpin(b)
+    stats = e.stats()
+    assert (stats["recomputes"], stats["eager_evictions"], stats["ops"]) == (2, 1, 2)
+    assert e.resident(b) and not e.resident(a)   # a, held by nobody, was dropped after use
+    assert stats["cost_total"] == 40.0 and stats["compute_overhead"] == 2.0
+    assert e.pinned() == {} and e.clock == 40.0
+    arena.check()
+    e.unref(b)                          # b's record dies, then a's (only b's producer read it)
+    assert e.storages() == [c] and e.live_ops == 0 and arena.stats()["used_bytes"] == KIB
+    arena.check()
+
+
+def test_in_place_gives_the_old_value_a_storage_and_redirects_its_readers():
+    e, arena = engine()
+    c = e.constant(KIB)
+    e.retain(c)
+    x = call(e, [c], KIB)
+    y = call(e, [x], KIB)               # reads the old x
+    y_op, x_op = e.info(y)["producer"], e.info(x)["producer"]
+    o = e.begin([x], CHEAP)
+    e.prepare_inplace(o, [0])
+    e.finish_inplace(o, 5.0)
+    old = e.inputs(y_op)[0]
+    assert old != x and e.info(old)["producer"] == x_op   # the old value: x's old producer
+    assert e.info(x)["producer"] == o and e.inputs(o) == [old]
+    assert not e.resident(old)          # recomputable in-place: no copy was made
+    e.evict_now(x)
+    e.evict_now(y)
+    e.pin(y)
+    e.make_resident(y)                  # y comes back from the old value, recomputed
+    e.unpin(y)
+    assert e.stats()["recomputes"] == 2 and e.pinned() == {}
+    arena.check()
+
+
+def test_without_recomputable_in_place_the_old_value_is_a_copy():
+    e, arena = engine(policy="coop-no-inplace")
+    c = e.constant(KIB)
+    e.retain(c)
+    x = call(e, [c], KIB)
+    y = call(e, [x], KIB)
+    o = e.begin([x], CHEAP)
+    e.prepare_inplace(o, [0])
+    e.finish_inplace(o, 5.0)
+    old = e.inputs(e.info(y)["producer"])[0]
+    assert e.resident(old) and arena.stats()["used_bytes"] == 4 * KIB
+    arena.check()
+
+
+def test_materialize_makes_a_constant_that_settles_low_and_frees_the_graph():
+    e, arena = engine()
+    c = e.constant(KIB)
+    e.retain(c)
+    a = call(e, [c], KIB, placement=EXPENSIVE)
+    b = call(e, [a], KIB)               # CHEAP: at the high end
+    e.unref(a)
+    high = e.info(b)["offset"]
+    e.materialize(b)
+    info = e.info(b)
+    assert info["producer"] is None and info["offset"] < high   # moved down, a copy
+    assert a not in e.storages() and e.live_ops == 0 and e.stats()["moves"] == 1
+    assert not arena.storage_info(b)["evictable"]
+    arena.check()
+
+
+@pytest.mark.parametrize("policy", ["coop", "dtr", "dte", "lru"])
+def test_out_of_memory_while_rematerializing_leaves_nothing_pinned(policy):
+    e, arena = engine(4 * KIB, policy)
+    c = e.constant(KIB)
+    e.retain(c)
+    a = call(e, [c], KIB)
+    b = call(e, [a], KIB)
+    e.unref(a)
+    e.evict_now(b)
+    d = call(e, [c], 2 * KIB, placement=EXPENSIVE)   # fills the arena: c + d + a hole for one
+    with pytest.raises(coop.OutOfMemoryError):
+        call(e, [b, d], KIB)            # b needs a and itself: one more KiB than is free
+    assert e.pinned() == {} and e.resident(d)
+    arena.check()
+
+
+def test_the_thrash_limit_stops_a_run():
+    e, arena = engine(thrash=25.0)
+    c = e.constant(KIB)
+    e.retain(c)
+    call(e, [c], KIB)
+    call(e, [c], KIB)
+    with pytest.raises(Thrash):
+        call(e, [c], KIB)               # 30 > 25
+    arena.check()
+
+
+def test_bad_input_is_refused_and_changes_nothing():
+    e, arena = engine()
+    c = e.constant(KIB)
+    e.retain(c)
+    with pytest.raises(ValueError, match="storage 7 does not exist"):
+        e.begin([c, 7], CHEAP)
+    with pytest.raises(ValueError, match="storage -1 does not exist"):
+        e.retain(-1)
+    with pytest.raises(ValueError, match="not pinned|has not pinned"):
+        e.unpin(c)
+    with pytest.raises(ValueError, match="op 3 is not the op running now"):
+        e.finish_call(3, 1.0, [(KIB, -1)])
+    o = e.begin([c], CHEAP)
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        e.finish_call(o, math.nan, [(KIB, -1)])
+    with pytest.raises(ValueError, match="view of input 4"):
+        e.finish_call(e.begin([c], CHEAP), 1.0, [(KIB, -6)])
+    assert e.pinned() == {} and e.storages() == [c] and e.live_ops == 0
+    assert e.stats()["ops"] == 0
+    with pytest.raises(ValueError, match="ideal arena"):
+        Engine(coop.Arena(KIB, 512), "dtr-ideal", SizeExecutor())
+    with pytest.raises(ValueError, match="unknown policy"):
+        Engine(coop.Arena(KIB, 512), "fifo", SizeExecutor())
+    arena.check()
