@@ -32,6 +32,14 @@ extensions = [
         extra_compile_args=compile_args + ["-std=c++17"],
     ),
     Extension(
+        "coop._executor",
+        ["coop/_executor.pyx"],
+        language="c++",
+        include_dirs=[numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=compile_args + ["-std=c++17"],
+    ),
+    Extension(
         "coop._replay",
         ["coop/_replay.pyx"],
         language="c++",

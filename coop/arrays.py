@@ -3,10 +3,8 @@
 A storage's memory is held by one array (``memory_of``): the kernel's own output when it is
 C-contiguous (a tensor on it as it is needs no new view), else its bytes as one flat array.
 Works for NumPy and CuPy alike; the runtime caches no other view, so a storage's memory is held
-by that array alone (and by whatever a user borrowed, which held_elsewhere detects).
+by that array alone (and by whatever a user borrowed, which ArrayExecutor.drop detects).
 """
-import sys
-
 import numpy
 
 
@@ -24,10 +22,6 @@ def flat_bytes(root):
     return root.reshape(-1, order="A").view("uint8")
 
 
-def data_ptr(array):
-    return array.__array_interface__["data"][0] if isinstance(array, numpy.ndarray) else array.data.ptr
-
-
 def build_view(xp, flat, view):
     """An array for view on a storage whose memory array is flat (C-contiguous)."""
     if xp is numpy:
@@ -37,17 +31,3 @@ def build_view(xp, flat, view):
 
 def host_copy(xp, array):
     return numpy.array(array if xp is numpy else xp.asnumpy(array), copy=True)
-
-
-def held_elsewhere(memory):
-    """True when something besides the storage refers to its memory (a user's view)."""
-    # expected references to the memory array: the executor's list slot, this call's argument
-    # and getrefcount's; to its base (a flat array's root): the memory array and getrefcount's
-    # argument. NumPy views made by others point at the root; CuPy views hold a MemoryPointer
-    # to the same memory object.
-    if sys.getrefcount(memory) > 3:
-        return True
-    base = memory.base
-    if base is not None and sys.getrefcount(base) > 3:   # + the local name `base`
-        return True
-    return not isinstance(memory, numpy.ndarray) and sys.getrefcount(memory.data.mem) > 2

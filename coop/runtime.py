@@ -2,7 +2,7 @@
 engine (coop._engine), which decides what is resident, evicts and recomputes.
 
 A Runtime is an engine plus an executor for its backend: arrays on the host or a CuPy device
-(coop.executor.ArrayExecutor), sizes only on the simulation backend (SimExecutor). Per op,
+(coop._executor.ArrayExecutor), sizes only on the simulation backend (SimExecutor). Per op,
 Python does what only Python can (call the kernel, find where its outputs landed, make the
 Tensors); every residency rule is the engine's, the same that replays traces.
 """
@@ -14,7 +14,7 @@ import numpy
 from coop._core import CHEAP, EXPENSIVE, LOWEST
 from coop._engine import Engine
 from coop.arrays import host_copy
-from coop.executor import ArrayExecutor, OpRecord, SimExecutor
+from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.kernel import DEVICES, DeviceSpec, Kernel, as_kernel
 from coop.policies import POLICIES, get_policy
 from coop.tensor import Tensor, View
@@ -138,7 +138,7 @@ class Runtime:
                 root = root.base
             nbytes = root.nbytes
             sid = engine.constant(nbytes, self.backend.offset_of(root))
-            view = self._executor.views(self, ((array, root, None),), (sid,))[0]
+            view = self._executor.views(self, [(array, root, None)], [sid])[0]
         if self.trace is not None:
             self.trace.constant(sid, nbytes)
         tensor = Tensor(view)
@@ -170,18 +170,7 @@ class Runtime:
         """
         if type(kernel) is not Kernel:
             kernel = as_kernel(kernel)
-        views = []
-        sids = []
-        for i, t in enumerate(inputs):
-            try:
-                view = t._view
-            except AttributeError:
-                raise TypeError(f"input {i} of kernel {kernel.name!r} is a {type(t).__name__}, "
-                                "not a coop.Tensor; wrap constants with runtime.tensor(...)") from None
-            if view.runtime is not self:
-                raise ValueError(f"input {i} of kernel {kernel.name!r} belongs to another runtime")
-            views.append(view)
-            sids.append(view.sid)
+        views, sids = gather(self, kernel, inputs)
         seed = None
         if kernel.random:
             seed = int(numpy.random.SeedSequence([self.seed, self._random_ops]).generate_state(1)[0])
@@ -194,27 +183,16 @@ class Runtime:
             return self._apply_inplace(o, rec, placement)
         if self._sim:
             return self._sim_first(o, rec, placement)
-        executor = self._executor
         trace = self.trace
+        if trace is not None:
+            self.arena.start_log()
         try:
-            if trace is not None:
-                self.arena.start_log()
-            arrays = executor.arrays     # the engine made the inputs resident
-            outs, elapsed = executor.call(
-                rec, [arrays[v.sid] if v.natural else executor.array(v) for v in views],
-                placement if self._partition else EXPENSIVE)
-            placed = executor.adopt(outs, placement if self._partition else EXPENSIVE)
+            out_views, cost = self._executor.first_run(
+                self, o, rec, placement if self._partition else EXPENSIVE, self._timed)
         except BaseException:
             if trace is not None:
                 self.arena.take_log()
-            engine.abort(o)
             raise
-        rec.outputs = specs = [(x.shape, x.dtype) for x in outs]
-        cost = float(elapsed) if self._timed else self._cost(rec, elapsed, specs)
-        out_sids = engine.finish_call(o, cost, [(root.nbytes, offset) for _, root, offset in placed])
-        executor.record(o, rec)
-        out_views = executor.views(self, placed, out_sids)
-        del outs, placed
         if trace is not None:
             self._trace_call(rec, out_views, cost, placement, self.arena.take_log())
         if len(out_views) == 1:

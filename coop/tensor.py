@@ -11,27 +11,8 @@ import sys
 
 import numpy
 
+from coop._executor import View  # noqa: F401  (the view a Tensor holds; compiled, made per op)
 from coop.autograd import TensorMethods
-
-
-class View:
-    """Where a tensor's elements sit in its storage: shape, dtype, strides, byte offset.
-    ``natural``: the view is the storage's memory array itself (no view to build)."""
-
-    __slots__ = ("runtime", "sid", "shape", "dtype", "strides", "offset", "natural")
-
-    def __init__(self, runtime, sid, shape, dtype, strides, offset, natural=False):
-        self.runtime = runtime
-        self.sid = sid
-        self.shape = shape
-        self.dtype = dtype
-        self.strides = strides
-        self.offset = offset
-        self.natural = natural
-
-    @property
-    def spec(self):
-        return (self.shape, self.dtype)
 
 
 class StorageRef:

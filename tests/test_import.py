@@ -18,13 +18,13 @@ import coop
 #: coop modules `import coop` may load: the core API (arena, runtime, tape, kernels, autograd's
 #: entry points, host and simulation backends, budgets, errors), and what the single residency
 #: engine being introduced brings with it (coop._engine; coop.policies, the policy table;
-#: coop.executor, the array executor; coop._replay, home of the sizes-only executor;
+#: coop._executor, the array executor; coop._replay, home of the sizes-only executor;
 #: coop.backends.base), should the runtime come to import them
 CORE_MODULES = frozenset({
     "coop", "coop._core", "coop._host", "coop.arrays", "coop.autograd", "coop.backends",
     "coop.backends.host", "coop.backends.sim", "coop.budget", "coop.errors", "coop.kernel",
     "coop.residency", "coop.runtime", "coop.tensor",
-    "coop._engine", "coop.policies", "coop.executor", "coop._replay", "coop.backends.base",
+    "coop._engine", "coop.policies", "coop._executor", "coop._replay", "coop.backends.base",
 })
 #: `import coop` loads fewer coop modules than this: 14 at this commit, 18 with the engine's
 #: work in progress (residency gone; _engine, policies, executor, _replay, backends.base in);

@@ -1,51 +1,140 @@
+# distutils: language = c++
 """Executors of the residency engine for live runs: arrays (NumPy, CuPy) and sizes only.
 
 The engine (coop._engine) decides what is resident; an executor says what running an op,
 dropping a storage's memory and copying one mean. ``ArrayExecutor`` runs kernels on the
-backend's arrays and adopts their outputs; ``SimExecutor`` sizes outputs with the kernels'
-shape rules (the simulation backend), and recomputes at C speed (coop._replay.SizeExecutor).
+backend's arrays and adopts their outputs (compiled: it runs around every kernel);
+``SimExecutor`` sizes outputs with the kernels' shape rules (the simulation backend), and
+recomputes at C speed (coop._replay.SizeExecutor).
 """
-import time
+from cpython.ref cimport Py_REFCNT
+from libc.stdint cimport int64_t
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+from coop._engine cimport Engine, Executor
+
+cimport numpy as cnp
 
 import numpy
 
-from coop._engine import Executor
 from coop._replay import SizeExecutor
-from coop.arrays import build_view, data_ptr, held_elsewhere, memory_of
+from coop.arrays import build_view, memory_of
 
-_ns = time.perf_counter_ns
+cnp.import_array()
 
 
-class OpRecord:
+cdef inline size_t _data_ptr(o, bint host):
+    """Address of an array's first byte (NumPy: from the C struct; CuPy: its pointer)."""
+    if host:
+        return <size_t>cnp.PyArray_DATA(<cnp.ndarray>o)
+    return o.data.ptr
+
+
+def gather(runtime, kernel, tuple inputs):
+    """The inputs' views and storage ids; a clear error for anything but a Tensor of
+    runtime."""
+    cdef list views = []
+    cdef list sids = []
+    cdef View view
+    cdef Py_ssize_t i
+    for i in range(len(inputs)):
+        try:
+            view = inputs[i]._view
+        except AttributeError:
+            raise TypeError(f"input {i} of kernel {kernel.name!r} is a "
+                            f"{type(inputs[i]).__name__}, not a coop.Tensor; wrap constants "
+                            "with runtime.tensor(...)") from None
+        if view.runtime is not runtime:
+            raise ValueError(f"input {i} of kernel {kernel.name!r} belongs to another runtime")
+        views.append(view)
+        sids.append(view.sid)
+    return views, sids
+
+
+cdef inline int64_t _ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef class View:
+    """Where a tensor's elements sit in its storage: shape, dtype, strides, byte offset.
+    ``natural``: the view is the storage's memory array itself (no view to build)."""
+    cdef public object runtime
+    cdef public int sid
+    cdef public tuple shape
+    cdef public object dtype
+    cdef public object strides      # None: C-contiguous (simulation, natural views)
+    cdef public Py_ssize_t offset
+    cdef public bint natural
+
+    def __init__(self, runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset,
+                 bint natural=False):
+        self.runtime = runtime
+        self.sid = sid
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = strides
+        self.offset = offset
+        self.natural = natural
+
+    @property
+    def spec(self):
+        return (self.shape, self.dtype)
+
+
+cdef View _view(runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset, bint natural):
+    cdef View v = View.__new__(View)
+    v.runtime = runtime
+    v.sid = sid
+    v.shape = shape
+    v.dtype = dtype
+    v.strides = strides
+    v.offset = offset
+    v.natural = natural
+    return v
+
+
+cdef class OpRecord:
     """What running an op again needs: the kernel, its inputs' layouts, attributes, the seed
     of a random kernel, and its outputs' (shape, dtype) for checking a recompute."""
+    cdef public object kernel
+    cdef public list inputs       # Views (their storages may be redirected: ask the engine)
+    cdef public dict attrs
+    cdef public object seed
+    cdef public list outputs
 
-    __slots__ = ("kernel", "inputs", "attrs", "seed", "outputs")
-
-    def __init__(self, kernel, inputs, attrs, seed):
+    def __init__(self, kernel, list inputs, dict attrs, seed):
         self.kernel = kernel
-        self.inputs = inputs      # Views (their storages may be redirected: ask the engine)
+        self.inputs = inputs
         self.attrs = attrs
         self.seed = seed
-        self.outputs = None
 
 
-class ArrayExecutor(Executor):
+cdef class ArrayExecutor(Executor):
     """Kernels on the backend's arrays; a storage's memory is one array (``arrays``: the
     kernel's C-contiguous output itself, or its bytes as a flat array; coop.arrays)."""
+    cdef public object backend
+    cdef public object xp
+    cdef object ndarray
+    cdef object _placing
+    cdef bint host                # NumPy: the memory's owner is the array (else CuPy's mem)
+    cdef public list arrays       # storage id -> its memory array while resident, else None
+    cdef public list records      # op id -> OpRecord (a dead op's entry waits to be reused)
 
     def __init__(self, backend):
         self.backend = backend
         self.xp = backend.xp
         self.ndarray = backend.xp.ndarray
         self._placing = backend.placing
-        self.arrays = []      # storage id -> its memory array while resident, else None
-        self.records = []     # op id -> OpRecord (a dead op's entry waits to be reused)
+        self.host = backend.xp is numpy
+        self.arrays = []
+        self.records = []
 
     # ---- the runtime's side -------------------------------------------------------------------
 
-    def record(self, o, rec):
-        records = self.records
+    def record(self, int o, rec):
+        cdef list records = self.records
         if o < len(records):
             records[o] = rec
         else:
@@ -64,13 +153,14 @@ class ArrayExecutor(Executor):
     def array_of(self, sid):
         return self.arrays[sid] if sid < len(self.arrays) else None
 
-    def call(self, rec, arrays, placement, old=None):
+    def call(self, OpRecord rec, list arrays, int placement, old=None):
         """Run rec's kernel on arrays, its allocations placed as placement says; returns
         (outputs, elapsed ns). old: an in-place kernel's recompute mutates a copy of its input
         storage's bytes (old, the old value others may still need) and returns that copy."""
-        kernel = rec.kernel
-        attrs = rec.attrs
-        xp = self.xp
+        cdef object kernel = rec.kernel
+        cdef dict attrs = rec.attrs
+        cdef object xp = self.xp
+        cdef int64_t start, elapsed
         if kernel.wants_xp:
             attrs = dict(attrs, xp=xp)
         if rec.seed is not None:
@@ -109,9 +199,9 @@ class ArrayExecutor(Executor):
     def adopt(self, outs, placement):
         """(output, root, offset) of each output; memory from outside the arena (a worker
         thread's, a cached array) is copied in, and the copy is the output."""
-        backend = self.backend
-        ndarray = self.ndarray
-        placed = []
+        cdef object backend = self.backend
+        cdef object ndarray = self.ndarray
+        cdef list placed = []
         for o in outs:
             root = o
             while isinstance(root.base, ndarray):
@@ -124,11 +214,36 @@ class ArrayExecutor(Executor):
             placed.append((o, root, offset))
         return placed
 
-    def views(self, runtime, placed, sids):
+    def first_run(self, runtime, int o, OpRecord rec, int placement, bint timed):
+        """An op's first run after Engine.begin: run the kernel, adopt its outputs, hand
+        them to the engine (Engine.finish_call: aliases, new storages) at the op's cost (the
+        elapsed time, or runtime._cost), and return (their views, the cost). A failure
+        before the engine has the outputs aborts the op."""
+        cdef Engine engine = self.engine
+        cdef list arrays = self.arrays
+        cdef View v
+        cdef list ins = []
+        try:
+            for v in rec.inputs:      # the engine made them resident
+                ins.append(arrays[v.sid] if v.natural else build_view(self.xp, arrays[v.sid], v))
+            outs, elapsed = self.call(rec, ins, placement)
+            del ins
+            placed = self.adopt(outs, placement)
+            rec.outputs = [(x.shape, x.dtype) for x in outs]
+            cost = float(elapsed) if timed else runtime._cost(rec, elapsed, rec.outputs)
+        except BaseException:
+            engine.abort(o)
+            raise
+        sids = engine.finish_call(o, cost, [(p[1].nbytes, p[2]) for p in placed])
+        self.record(o, rec)
+        return self.views(runtime, placed, sids), cost
+
+    def views(self, runtime, list placed, sids):
         """Views of a first run's outputs on their storages (new ones keep the root's memory)."""
-        arrays = self.arrays
-        n = len(arrays)
-        views = []
+        cdef list arrays = self.arrays
+        cdef Py_ssize_t n = len(arrays)
+        cdef list views = []
+        cdef int sid
         for (o, root, _), sid in zip(placed, sids):
             if sid >= n:
                 arrays.extend([None] * (sid + 1 - n))
@@ -137,15 +252,15 @@ class ArrayExecutor(Executor):
             if memory is None:
                 memory = arrays[sid] = memory_of(root)
             if o is memory:
-                views.append(View(runtime, sid, o.shape, o.dtype, o.strides, 0, True))
+                views.append(_view(runtime, sid, o.shape, o.dtype, o.strides, 0, True))
             else:
-                views.append(View(runtime, sid, o.shape, o.dtype, o.strides,
-                                  data_ptr(o) - data_ptr(memory)))
+                views.append(_view(runtime, sid, o.shape, o.dtype, o.strides,
+                                   _data_ptr(o, self.host) - _data_ptr(memory, self.host), False))
         return views
 
     # ---- the engine's side --------------------------------------------------------------------
 
-    def run(self, o):
+    cpdef int run(self, int o) except -1:
         """Recompute op o: run its kernel again; its live evicted outputs take the results."""
         engine = self.engine
         rec = self.records[o]
@@ -174,20 +289,32 @@ class ArrayExecutor(Executor):
             arrays[sid] = memory
         return 0
 
-    def drop(self, sid):
-        """Free an evicted storage's memory, unless something else holds its array."""
-        arrays = self.arrays
-        if held_elsewhere(arrays[sid]):
+    cpdef bint drop(self, int sid) except -1:
+        """Free an evicted storage's memory, unless something else holds its array (a user's
+        view of it, or a borrowed array kept past its block)."""
+        cdef object memory = self.arrays[sid]
+        # expected references: the list's and `memory`; to a flat array's base (the root):
+        # the flat array's and `base`; to CuPy's memory object: the pointer's and `mem`
+        if Py_REFCNT(memory) > 2:
             return False
-        arrays[sid] = None
+        cdef object base = memory.base
+        if base is not None and Py_REFCNT(base) > 2:
+            return False
+        if not self.host:
+            mem = memory.data.mem
+            if Py_REFCNT(mem) > 2:
+                return False
+            del mem
+        del base, memory
+        self.arrays[sid] = None
         return True
 
-    def forget(self, sid):
+    cpdef int forget(self, int sid) except -1:
         if sid < len(self.arrays):
             self.arrays[sid] = None
         return 0
 
-    def copy(self, dst, src, placement, release):
+    cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1:
         """dst takes a copy of src's bytes (new memory, placed as placement says); the old
         memory of dst, if dst is src, is freed with its array."""
         arrays = self.arrays
@@ -219,5 +346,3 @@ class SimExecutor(SizeExecutor):
 def _as_array(xp, value):
     return xp.asarray(value) if isinstance(value, numpy.generic) else value
 
-
-from coop.tensor import View  # noqa: E402  (coop.tensor imports nothing of this module)
