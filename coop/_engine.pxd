@@ -102,7 +102,7 @@ cdef class Engine(Evictor):
     cdef int _op(self, int o) except -1
     cdef int c_release(self, int s) except -1
     cdef int c_access(self, int s) except -1
-    cdef int c_materialize(self, int s) except -1
+    cdef int c_materialize(self, int s, bint settle) except -1
     cdef void _bound(self, int o) noexcept
     cdef void _link(self, int o) noexcept
     cdef void _live_consumers(self, int s, vector[int]& out) noexcept

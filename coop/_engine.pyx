@@ -627,12 +627,14 @@ cdef class Engine(Evictor):
             self._unpin1(s, True)
         return 0
 
-    cdef int c_materialize(self, int s) except -1:
+    cdef int c_materialize(self, int s, bint settle) except -1:
         """s becomes a constant (resident, unevictable, no producer); its producer's record may
-        die, and what only it kept alive; then s settles at the low end."""
+        die, and what only it kept alive. settle: s is made resident first if evicted, and
+        then settles at the low end; else only a resident s changes, and stays where it is (an
+        evicted one keeps its record, to be recomputed)."""
         cdef int o = self.producer[s]
         cdef vector[int] none
-        if o < 0:
+        if o < 0 or (not settle and self.offset[s] < 0):
             return 0
         self._pin1(s)
         try:
@@ -646,7 +648,7 @@ cdef class Engine(Evictor):
         self.work.clear()
         self._lose_output(o)
         self._collect()
-        self._reregister(s, 0.0, none, False, True)
+        self._reregister(s, 0.0, none, False, settle)
         self.const_bytes += self.arena.request_size(self.size[s])
         return 0
 
@@ -816,9 +818,10 @@ cdef class Engine(Evictor):
         self._storage(s)
         self._make_resident1(s)
 
-    def materialize(self, int s):
+    def materialize(self, int s, bint settle=True):
+        """s becomes a constant (see c_materialize)."""
         self._storage(s)
-        self.c_materialize(s)
+        self.c_materialize(s, settle)
 
     def evict_now(self, int s):
         """Drop resident s's memory if the policy could: recomputable, unpinned, not held."""

@@ -15,10 +15,11 @@ from coop._engine cimport Engine, Executor
 
 # record kinds
 cdef enum:
-    R_CONSTANT, R_CALL, R_MUTATE, R_RELEASE, R_ACCESS, R_MATERIALIZE
+    R_CONSTANT, R_CALL, R_MUTATE, R_RELEASE, R_ACCESS, R_MATERIALIZE, R_MATERIALIZE_IN_PLACE
 
 KINDS = {"constant": R_CONSTANT, "call": R_CALL, "mutate": R_MUTATE, "release": R_RELEASE,
-         "access": R_ACCESS, "materialize": R_MATERIALIZE}
+         "access": R_ACCESS, "materialize": R_MATERIALIZE,
+         "materialize in place": R_MATERIALIZE_IN_PLACE}
 
 
 cdef class Program:
@@ -228,7 +229,7 @@ cdef class Replayer:
             elif kind == R_ACCESS:
                 e.c_access(self.sid_of[arg])
             else:
-                e.c_materialize(self.sid_of[arg])
+                e.c_materialize(self.sid_of[arg], kind == R_MATERIALIZE)
             self.records += 1
 
     def finish(self):

@@ -81,7 +81,9 @@ def backward(root, grad=None, retain_graph=False):
 
     Nodes run in reverse creation order (a topological order found without recursion); each
     node's gradient is the sum (add_n) of what its consumers sent. Unless retain_graph, each
-    node is released right after its backward, so saved tensors die as the pass proceeds.
+    node is released right after its backward, so saved tensors die as the pass proceeds, and
+    the root (if resident) becomes a constant where it is: its value stays, the records that
+    computed it die.
     """
     ops = _ops()
     if not root.requires_grad:
@@ -122,6 +124,10 @@ def backward(root, grad=None, retain_graph=False):
                 grads = gi = None   # the pass holds no gradient longer than it must
             if not retain_graph:
                 node.release()
+        if not retain_graph:
+            # the root keeps its value (where it is, if resident) but not the records behind
+            # it, as the gradients do: holding on to the loss then keeps no graph alive
+            root.runtime.materialize(root, settle=False)
 
 
 def _accumulate(leaf, grad, handed=None):

@@ -145,20 +145,24 @@ class Runtime:
         tensor.requires_grad = bool(requires_grad)
         return tensor
 
-    def materialize(self, *tensors):
+    def materialize(self, *tensors, settle=True):
         """Keep the tensors' values as constants: rematerialize them if evicted, then forget
         how they were computed. Their producers' records (and the graph behind them, the old
         values of parameters updated in place since) can then die, and each value settles at
         the low end with the constants. Autograd does this to the gradients a backward pass
-        leaves in ``.grad``, as PyTorch's are plain leaves."""
+        leaves in ``.grad``, as PyTorch's are plain leaves.
+
+        settle=False: only the resident ones change, where they are (nothing is recomputed or
+        moved); an evicted one keeps its record. Autograd does this to the root of a backward
+        pass, so holding on to the loss keeps no graph alive."""
         engine = self._engine
         for sid in dict.fromkeys(t._view.sid for t in tensors):
             info = engine.info(sid)
             if info is None or info["producer"] is None:
                 continue
-            engine.materialize(sid)
-            if self.trace is not None:
-                self.trace.materialize(sid)
+            engine.materialize(sid, settle)
+            if self.trace is not None:   # the rule replays: the record says which one
+                self.trace.materialize(sid, settle)
 
     # ---- apply --------------------------------------------------------------------------------
 

@@ -69,8 +69,11 @@ class TraceWriter:
             record["allocs"] = allocs
         self._write(record)
 
-    def materialize(self, sid):
-        self._write({"op": "materialize", "id": self._ref(sid)})
+    def materialize(self, sid, settle=True):
+        record = {"op": "materialize", "id": self._ref(sid)}
+        if not settle:
+            record["settle"] = False
+        self._write(record)
 
     def release(self, sid):
         tid = self._ids.pop(sid, None)
@@ -418,6 +421,11 @@ def compile_program(records, where="<records>"):
                 continue   # releasing an unknown or released id is ignored
             if kind == "release":
                 live.discard(r["id"])
+            if kind == "materialize" and r.get("settle", True) is not True:
+                if r["settle"] is not False:
+                    raise TraceError(f"{loc(lineno)}: settle must be true or false, "
+                                     f"got {r['settle']!r}")
+                kind = "materialize in place"
             out_records.append((KINDS[kind], index[r["id"]]))
         elif kind == "meta":
             meta.update(r)

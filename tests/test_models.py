@@ -182,3 +182,34 @@ def test_a_long_training_loop_stays_bounded():
     assert seen[50] == seen[1000] and stats["recomputes"] == 0
     seen, stats = train_mlp(int(0.6 * stats["peak_used_bytes"]))
     assert seen[50] == seen[1000] and stats["recomputes"] > 0
+
+
+def _train_gpt_keeping_the_loss(keep_loss, steps=3):
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
+    model = models.GPT(rt, 13, 8, 2, 2, 16, rng=0)
+    opt = coop.optim.AdamW(model.parameters(), lr=1e-2)
+    rng = np.random.default_rng(0)
+    losses = []
+    for _ in range(steps):
+        x = rng.integers(0, 13, size=(4, 8))
+        loss = model.loss(x, np.roll(x, -1, axis=1))
+        losses.append(float(loss.numpy()))
+        loss.backward()
+        assert loss.storage.op is None          # a constant now, its value kept where it was
+        if not keep_loss:
+            del loss
+        opt.step()
+        opt.zero_grad()
+    rt.arena.check()
+    return rt.arena.stats()["used_bytes"], len(rt.storages()), losses
+
+
+def test_holding_the_loss_after_backward_keeps_no_graph_alive():
+    """backward() turns a resident root into a constant where it is: a loss kept across the
+    optimizer step holds its own piece only, not the forward graph's records (which made AdamW's
+    in-place updates keep a copy of every parameter they read)."""
+    used, storages, losses = _train_gpt_keeping_the_loss(keep_loss=False)
+    used_kept, storages_kept, losses_kept = _train_gpt_keeping_the_loss(keep_loss=True)
+    assert losses_kept == losses
+    assert storages_kept == storages + 1
+    assert used_kept == used + 64               # the loss: one 8-byte value, a 64-byte piece
