@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import coop  # noqa: E402
+from coop.policies import POLICIES  # noqa: E402
 from coop.budget import parse_budget  # noqa: E402
 
 MB = 1 << 20
@@ -57,7 +58,8 @@ def add_run_options(p, budget, steps, budget_example, out):
     """The options every training example takes."""
     p.add_argument("--budget", default=budget,
                    help=f'bytes, a size ("{budget_example}") or a ratio of the unlimited peak ("0.5x")')
-    p.add_argument("--policy", default="coop", choices=list(coop.POLICIES))
+    p.add_argument("--policy", default="coop",
+                   choices=[name for name, p in POLICIES.items() if not p.ideal])
     p.add_argument("--backend", default=None, choices=["numpy", "cupy"],
                    help="default: cupy when cupy.cuda.is_available(), else numpy")
     p.add_argument("--cost", default="cpu",
@@ -82,7 +84,7 @@ def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=pri
         losses.append(float(loss.numpy()))
         used.append(rt.arena.stats()["used_bytes"])
         loss.backward()
-        del loss
+        del loss   # not needed (backward releases the graph); frees the value at once
         opt.step()
         opt.zero_grad()
         peaks.append(rt.arena.stats()["peak_used_bytes"])
