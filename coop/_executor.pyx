@@ -70,21 +70,15 @@ cdef class View:
 
     def __init__(self, runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset,
                  bint natural=False):
-        self.runtime = runtime
-        self.sid = sid
-        self.shape = shape
-        self.dtype = dtype
-        self.strides = strides
-        self.offset = offset
-        self.natural = natural
+        _fill(self, runtime, sid, shape, dtype, strides, offset, natural)
 
     @property
     def spec(self):
         return (self.shape, self.dtype)
 
 
-cdef View _view(runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset, bint natural):
-    cdef View v = View.__new__(View)
+cdef inline void _fill(View v, runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset,
+                       bint natural) noexcept:
     v.runtime = runtime
     v.sid = sid
     v.shape = shape
@@ -92,6 +86,12 @@ cdef View _view(runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset
     v.strides = strides
     v.offset = offset
     v.natural = natural
+
+
+cdef View _view(runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset, bint natural):
+    """A View made without a Python call (a first run makes one per output)."""
+    cdef View v = View.__new__(View)
+    _fill(v, runtime, sid, shape, dtype, strides, offset, natural)
     return v
 
 
