@@ -17,8 +17,10 @@ cimport numpy as cnp
 
 import numpy
 
+from coop._core import LOWEST
 from coop._replay import SizeExecutor
 from coop.arrays import build_view, memory_of
+from coop.kernel import is_spec, spec_nbytes, specs_of
 
 cnp.import_array()
 
@@ -121,6 +123,7 @@ cdef class ArrayExecutor(Executor):
     cdef bint host                # NumPy: the memory's owner is the array (else CuPy's mem)
     cdef public list arrays       # storage id -> its memory array while resident, else None
     cdef public list records      # op id -> OpRecord (a dead op's entry waits to be reused)
+    cdef readonly bint logs_allocations   # a host trace records the kernels' allocations
 
     def __init__(self, backend):
         self.backend = backend
@@ -128,8 +131,33 @@ cdef class ArrayExecutor(Executor):
         self.ndarray = backend.xp.ndarray
         self._placing = backend.placing
         self.host = backend.xp is numpy
+        self.logs_allocations = self.host
         self.arrays = []
         self.records = []
+
+    def constant(self, runtime, data, dtype):
+        """A constant holding a copy of data, placed first fit from the low end: (its view,
+        its bytes)."""
+        with self._placing(LOWEST):
+            array = self.xp.array(data, dtype=dtype, copy=True)
+        root = array
+        while isinstance(root.base, self.ndarray):
+            root = root.base
+        sid = self.engine.constant(root.nbytes, self.backend.offset_of(root))
+        return self.views(runtime, [(array, root, None)], [sid])[0], root.nbytes
+
+    def mutate(self, int o, OpRecord rec, int placement):
+        """An in-place op's first run (after Engine.prepare_inplace): the kernel mutates its
+        input's storage itself. Returns the elapsed ns; a failure aborts the op."""
+        cdef View v
+        try:
+            _, elapsed = self.call(rec, [self.array(v) for v in rec.inputs], placement)
+        except BaseException:
+            self.engine.abort(o)
+            raise
+        memory = self.arrays[rec.inputs[rec.kernel.inplace].sid]
+        rec.outputs = [(memory.shape, memory.dtype)]   # a recompute returns a copy of it
+        return elapsed
 
     # ---- the runtime's side -------------------------------------------------------------------
 
@@ -330,8 +358,41 @@ cdef class ArrayExecutor(Executor):
 class SimExecutor(SizeExecutor):
     """The simulation backend: outputs sized by the kernels' shape rules, costs modelled."""
 
+    logs_allocations = False
+
     def __init__(self, backend):
         self.backend = backend
+
+    def constant(self, runtime, data, dtype):
+        """A constant of data's size (data: an array, or a (shape, dtype) spec), placed at the
+        low end: (its view, its bytes)."""
+        shape, dtype = data if is_spec(data) else (numpy.shape(data), dtype or numpy.float32)
+        shape, dtype = tuple(shape), numpy.dtype(dtype)
+        nbytes = spec_nbytes((shape, dtype))
+        return View(runtime, self.engine.constant(nbytes, -1), shape, dtype, None, 0), nbytes
+
+    def first_run(self, runtime, int o, OpRecord rec, int placement, bint timed):
+        """An op's first run after Engine.begin: the kernel's shape rule sizes the outputs,
+        the cost model prices the op, the engine places them. Returns (views, cost)."""
+        kernel = rec.kernel
+        try:
+            if kernel.shape is None:
+                raise TypeError(f"kernel {kernel.name!r} has no shape rule; the simulation "
+                                "backend needs Kernel(shape=...) to size its outputs")
+            specs = specs_of(kernel.shape(*[v.spec for v in rec.inputs], **rec.attrs))
+            cost = runtime._cost(rec, 0, specs)
+        except BaseException:
+            self.engine.abort(o)
+            raise
+        outputs = [(spec_nbytes(spec),
+                    -2 - kernel.views if kernel.views is not None and k == 0 else -1)
+                   for k, spec in enumerate(specs)]
+        sids = self.engine.finish_call(o, cost, outputs)
+        return [View(runtime, sid, tuple(spec[0]), numpy.dtype(spec[1]), None, 0)
+                for sid, spec in zip(sids, specs)], cost
+
+    def mutate(self, o, rec, placement):
+        return 0      # nothing runs: the op's cost is modelled
 
     def record(self, o, rec):
         pass      # a recompute needs no record: sizes are the engine's

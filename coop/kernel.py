@@ -4,7 +4,10 @@ A kernel is written once against the array module it is given (``xp``); the runt
 where its outputs live, times it (or models its cost), and may call it again to recompute.
 """
 import inspect
+import math
 from dataclasses import dataclass
+
+import numpy
 
 from coop._core import CHEAP, EXPENSIVE
 
@@ -94,3 +97,21 @@ def kernel(fn=None, **options):
 
 def as_kernel(fn):
     return fn if isinstance(fn, Kernel) else Kernel(fn)
+
+
+# ---- (shape, dtype) specs: what shape rules return and cost models price -------------------
+
+def is_spec(value):
+    """(shape, dtype): a shape tuple and anything numpy.dtype accepts."""
+    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple)
+            and not isinstance(value[1], tuple))
+
+
+def specs_of(value):
+    """A shape rule's result (one spec, or a sequence of them) as a list of specs."""
+    return [value] if is_spec(value) else list(value)
+
+
+def spec_nbytes(spec):
+    shape, dtype = spec
+    return math.prod(shape) * numpy.dtype(dtype).itemsize

@@ -7,17 +7,16 @@ Python does what only Python can (call the kernel, find where its outputs landed
 Tensors); every residency rule is the engine's, the same that replays traces.
 """
 import contextvars
-import math
 
 import numpy
 
-from coop._core import CHEAP, EXPENSIVE, LOWEST
+from coop._core import CHEAP, EXPENSIVE
 from coop._engine import Engine
-from coop.arrays import host_copy
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
-from coop.kernel import DEVICES, DeviceSpec, Kernel, as_kernel
+from coop.arrays import host_copy
+from coop.kernel import DEVICES, DeviceSpec, Kernel, as_kernel, spec_nbytes, specs_of
 from coop.policies import POLICIES, get_policy
-from coop.tensor import Tensor, View
+from coop.tensor import Tensor
 
 #: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place);
 #: kept for callers of earlier versions: coop.policies.POLICIES holds the records
@@ -79,8 +78,7 @@ class Runtime:
         self.backend = backend
         self.arena = arena
         self.xp = backend.xp
-        self._sim = backend.xp is None
-        self._executor = SimExecutor(backend) if self._sim else ArrayExecutor(backend)
+        self._executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(backend)
         self._engine = Engine(arena, record.name, self._executor)
         self.policy = record.name
         self._partition = record.partition
@@ -123,22 +121,8 @@ class Runtime:
     def tensor(self, data, dtype=None, requires_grad=False):
         """A constant (never evicted) holding a copy of data, in the arena; with
         requires_grad, a leaf of the autograd graph (backward fills its ``.grad``)."""
-        engine = self._engine
-        if self._sim:
-            shape, dtype = data if _is_spec(data) else (numpy.shape(data), dtype or numpy.float32)
-            shape, dtype = tuple(shape), numpy.dtype(dtype)
-            nbytes = _nbytes((shape, dtype))
-            sid = engine.constant(nbytes, -1)
-            view = View(self, sid, shape, dtype, None, 0)
-        else:
-            with self.backend.placing(LOWEST):   # constants go first fit from the low end
-                array = self.xp.array(data, dtype=dtype, copy=True)
-            root = array
-            while isinstance(root.base, self.xp.ndarray):
-                root = root.base
-            nbytes = root.nbytes
-            sid = engine.constant(nbytes, self.backend.offset_of(root))
-            view = self._executor.views(self, [(array, root, None)], [sid])[0]
+        view, nbytes = self._executor.constant(self, data, dtype)
+        sid = view.sid
         if self.trace is not None:
             self.trace.constant(sid, nbytes)
         tensor = Tensor(view)
@@ -185,44 +169,16 @@ class Runtime:
         o = engine.begin(sids, placement)
         if kernel.inplace is not None:
             return self._apply_inplace(o, rec, placement)
-        if self._sim:
-            return self._sim_first(o, rec, placement)
         trace = self.trace
         if trace is not None:
             self.arena.start_log()
         try:
             out_views, cost = self._executor.first_run(
                 self, o, rec, placement if self._partition else EXPENSIVE, self._timed)
-        except BaseException:
-            if trace is not None:
-                self.arena.take_log()
-            raise
+        finally:
+            log = self.arena.take_log() if trace is not None else None
         if trace is not None:
-            self._trace_call(rec, out_views, cost, placement, self.arena.take_log())
-        if len(out_views) == 1:
-            return Tensor(out_views[0])
-        return tuple(Tensor(v) for v in out_views)
-
-    def _sim_first(self, o, rec, placement):
-        """A first run on the simulation backend: outputs sized by the kernel's shape rule."""
-        kernel = rec.kernel
-        engine = self._engine
-        try:
-            if kernel.shape is None:
-                raise TypeError(f"kernel {kernel.name!r} has no shape rule; the simulation "
-                                "backend needs Kernel(shape=...) to size its outputs")
-            specs = _specs(kernel.shape(*[v.spec for v in rec.inputs], **rec.attrs))
-            cost = self._cost(rec, 0, specs)
-        except BaseException:
-            engine.abort(o)
-            raise
-        outputs = [(_nbytes(spec), -2 - kernel.views if kernel.views is not None and k == 0 else -1)
-                   for k, spec in enumerate(specs)]
-        out_sids = engine.finish_call(o, cost, outputs)
-        out_views = [View(self, sid, tuple(spec[0]), numpy.dtype(spec[1]), None, 0)
-                     for sid, spec in zip(out_sids, specs)]
-        if self.trace is not None:
-            self._trace_call(rec, out_views, cost, placement, None)
+            self._trace_call(rec, out_views, cost, placement, log)
         if len(out_views) == 1:
             return Tensor(out_views[0])
         return tuple(Tensor(v) for v in out_views)
@@ -235,27 +191,18 @@ class Runtime:
         i = rec.kernel.inplace
         target = rec.inputs[i]
         engine.prepare_inplace(o, [i])
-        elapsed = 0
         trace = self.trace
-        if not self._sim:
-            try:
-                if trace is not None:
-                    self.arena.start_log()
-                # the first run mutates S itself; only a recompute reads the old value
-                _, elapsed = executor.call(rec, [executor.array(v) for v in rec.inputs],
-                                           placement if self._partition else EXPENSIVE)
-            except BaseException:
-                if trace is not None:
-                    self.arena.take_log()
-                engine.abort(o)
-                raise
-            memory = executor.arrays[target.sid]   # a recompute returns a copy of the old one
-            rec.outputs = [(memory.shape, memory.dtype)]
-            del memory
+        if trace is not None:
+            self.arena.start_log()
+        try:
+            # the first run mutates S itself; only a recompute reads the old value
+            elapsed = executor.mutate(o, rec, placement if self._partition else EXPENSIVE)
+        finally:
+            log = self.arena.take_log() if trace is not None else None
         cost = self._cost(rec, elapsed, [target.spec])
         if trace is not None:
             # the program's storages, before the old value replaces S in the records
-            allocs = None if self._sim else _allocs(self.arena.take_log())[0]
+            allocs = _allocs(log)[0] if executor.logs_allocations else None
             trace.mutate(rec.kernel.name, [v.sid for v in rec.inputs], i, cost,
                          _cls_name(placement), allocs)
         engine.finish_inplace(o, cost)
@@ -270,9 +217,9 @@ class Runtime:
         if self.cost_model is not None:
             inputs = [v.spec for v in rec.inputs]
             # the outputs' sizes from the shape rule; without one, as large as the largest input
-            specs = _specs(kernel.shape(*inputs, **rec.attrs)) if kernel.shape is not None \
-                else [max(inputs, key=_nbytes)] if inputs else []
-            density = self._cost(rec, 0, specs) / max(sum(_nbytes(s) for s in specs), 1)
+            specs = specs_of(kernel.shape(*inputs, **rec.attrs)) if kernel.shape is not None \
+                else [max(inputs, key=spec_nbytes)] if inputs else []
+            density = self._cost(rec, 0, specs) / max(sum(spec_nbytes(s) for s in specs), 1)
         else:
             density = self._density.get(kernel.name)
             if density is None:
@@ -282,17 +229,17 @@ class Runtime:
     def _cost(self, rec, elapsed, out_specs):
         if self.cost_model is None:
             if self.classifier == "density":
-                self._density[rec.kernel.name] = elapsed / max(sum(_nbytes(s) for s in out_specs), 1)
+                self._density[rec.kernel.name] = elapsed / max(sum(spec_nbytes(s) for s in out_specs), 1)
             return float(elapsed)
         specs = [v.spec for v in rec.inputs]
         kernel = rec.kernel
         flops = kernel.flops(*specs, **rec.attrs) if kernel.flops else 0.0
-        nbytes = sum(_nbytes(s) for s in specs) + sum(_nbytes(s) for s in out_specs)
+        nbytes = sum(spec_nbytes(s) for s in specs) + sum(spec_nbytes(s) for s in out_specs)
         return self.cost_model.cost_ns(flops, nbytes)
 
     def _trace_call(self, rec, out_views, cost, placement, log):
         inputs = [v.sid for v in rec.inputs]
-        allocs, live = _allocs(log) if log is not None else (None, None)
+        allocs, live = _allocs(log) if self._executor.logs_allocations else (None, None)
         outputs = []
         engine = self._engine
         for view in out_views:
@@ -370,18 +317,3 @@ def _allocs(log):
 
 def _cls_name(placement):
     return "expensive" if placement == EXPENSIVE else "cheap"
-
-
-def _specs(specs):
-    return [specs] if _is_spec(specs) else list(specs)
-
-
-def _is_spec(value):
-    """(shape, dtype): a shape tuple and anything numpy.dtype accepts."""
-    return (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple)
-            and not isinstance(value[1], tuple))
-
-
-def _nbytes(spec):
-    shape, dtype = spec
-    return math.prod(shape) * numpy.dtype(dtype).itemsize

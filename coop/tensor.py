@@ -1,4 +1,5 @@
-"""What users hold: Tensor, a handle on a View of one storage of the residency engine.
+"""What users hold: Tensor, a handle on a View (coop._executor) of one storage of the
+residency engine.
 
 The engine (coop._engine) owns storages and ops by integer id: residency, pins, records and
 their lifetime. A Tensor counts as one user of its storage; when the last one goes, the
@@ -9,9 +10,6 @@ value's memory as soon as the program drops it.
 import contextlib
 import sys
 
-import numpy
-
-from coop._executor import View  # noqa: F401  (the view a Tensor holds; compiled, made per op)
 from coop.autograd import TensorMethods
 
 

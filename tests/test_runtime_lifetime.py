@@ -1,7 +1,6 @@
 """A long training loop keeps the tape bounded: after warm-up, the live Storage records, Ops,
 arena pieces and used bytes do not grow, with or without evictions; and the weights' in-place
 updates give exactly what plain NumPy gives."""
-import gc
 
 import numpy as np
 import pytest
