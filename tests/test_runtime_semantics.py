@@ -381,3 +381,15 @@ def test_a_backend_serves_one_runtime_at_a_time(make_rt):
     assert first.arena.owner is second._engine            # the arena now evicts for the second
     assert np.array_equal(second.apply(ADDC, second.tensor(np.ones(2)), c=1.0).numpy(), [2, 2])
     first.arena.check()
+
+
+def test_an_out_of_memory_constant_leaves_the_placement_as_it_was(make_rt):
+    rt = make_rt()
+    backend = rt.backend
+    with pytest.raises(coop.OutOfMemoryError):
+        rt.tensor(np.zeros(backend.arena.capacity))          # 8x the arena
+    assert backend.placement == coop.EXPENSIVE               # not LOWEST for what follows
+    x = rt.tensor(np.arange(3.0))
+    y = rt.apply(ADDC, x, c=1.0)
+    assert np.array_equal(y.numpy(), [1.0, 2.0, 3.0]) and rt.pinned() == {}
+    rt.arena.check()
