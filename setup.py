@@ -18,40 +18,22 @@ directives = {
     "cdivision": True,
 }
 compile_args = ["-O0", "-g"] if DEBUG else ["-O3"]
+
+
+def extension(name, uses_numpy=False):
+    """coop._name from coop/_name.pyx, in C++17; uses_numpy: it cimports NumPy's C API."""
+    numpy_args = dict(include_dirs=[numpy.get_include()],
+                      define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
+    return Extension(f"coop.{name}", [f"coop/{name}.pyx"], language="c++",
+                     extra_compile_args=compile_args + ["-std=c++17"],
+                     **(numpy_args if uses_numpy else {}))
+
+
 extensions = [
-    Extension(
-        "coop._core",
-        ["coop/_core.pyx"],
-        language="c++",
-        extra_compile_args=compile_args + ["-std=c++17"],
-    ),
-    Extension(
-        "coop._engine",
-        ["coop/_engine.pyx"],
-        language="c++",
-        extra_compile_args=compile_args + ["-std=c++17"],
-    ),
-    Extension(
-        "coop._executor",
-        ["coop/_executor.pyx"],
-        language="c++",
-        include_dirs=[numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=compile_args + ["-std=c++17"],
-    ),
-    Extension(
-        "coop._replay",
-        ["coop/_replay.pyx"],
-        language="c++",
-        extra_compile_args=compile_args + ["-std=c++17"],
-    ),
-    Extension(
-        "coop._host",
-        ["coop/_host.pyx"],
-        language="c++",
-        include_dirs=[numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=compile_args + ["-std=c++17"],
-    ),
+    extension("_core"),
+    extension("_engine"),
+    extension("_executor", uses_numpy=True),
+    extension("_replay"),
+    extension("_host", uses_numpy=True),
 ]
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))
