@@ -108,6 +108,12 @@ class Runtime:
         their offsets, the held evicted ones as calls with no inputs (docs/trace-format.md)."""
         return _Recording(self, path)
 
+    def timeline(self, path):
+        """Draw the program from now on as a memory timeline, an HTML page at path (a context
+        manager; coop.timeline): recorded, then replayed at this budget and policy on exit."""
+        from coop.timeline import recording
+        return recording(self, path)
+
     def mark_start(self):
         """Mark where the measured region of a recorded trace starts."""
         if self.trace is not None:

@@ -55,9 +55,9 @@
 
   // ---- per record: recomputes (top half of the lane), evictions (bottom half), moves --------
   const lane = document.getElementById("lane");
-  const most = Math.max(1, ...data.marks.map((m) => Math.max(m[1], m[2], m[3])));
+  const most = Math.max(1, ...data.counts.map((m) => Math.max(m[1], m[2], m[3])));
   const laneRows = [["recomputed", 1, 0], ["evicted", 2, 1], ["moved", 3, 2]];
-  data.marks.forEach((m) => {
+  data.counts.forEach((m) => {
     for (const [name, k, row] of laneRows) {
       if (!m[k]) continue;
       const h = 0.25 + 0.75 * m[k] / most;

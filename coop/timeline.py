@@ -9,9 +9,11 @@ piece is (a constant, or a computed storage of its producer's class) and why eac
 went (evicted, released, moved). ``write(trace, path, budget=...)`` draws a trace;
 ``Runtime.timeline(path)`` draws a stretch of a live run (docs/trace-format.md#timelines).
 """
+import contextlib
 import html
 import json
 import os
+import tempfile
 from importlib import resources
 
 from coop._core import EXPENSIVE, Arena
@@ -20,7 +22,7 @@ from coop._replay import Replayer
 from coop.errors import OutOfMemoryError
 from coop.policies import get_policy
 
-__all__ = ["KINDS", "MARKS", "Timeline", "collect", "render", "write"]
+__all__ = ["KINDS", "MARKS", "Timeline", "collect", "recording", "render", "write"]
 
 #: piece kinds, in the data's order: a constant (no producer, never evicted), a computed
 #: storage placed as EXPENSIVE or CHEAP, and a transient piece allocated and freed within one
@@ -58,7 +60,7 @@ class Timeline:
                 "figures": self.figures, "kinds": KINDS, "marks": MARKS, "ops": names,
                 "columns": ["offset", "size", "nbytes", "t0", "t1", "kind", "begin", "end", "op",
                             "cost"],
-                "pieces": rows, "marks": self.marks}
+                "pieces": rows, "counts": self.marks}
 
 
 def collect(program, budget, policy="coop", alignment=None, thrash=None):
@@ -243,6 +245,24 @@ def write(trace, path, budget=None, ratio=None, policy="coop", alignment=None, t
     with open(os.fspath(path), "w", encoding="utf-8") as out:
         out.write(render(timeline))
     return timeline
+
+
+@contextlib.contextmanager
+def recording(runtime, path):
+    """Runtime.timeline: record the program from now on as a trace (in a temporary file), and
+    on exit draw its replay at the runtime's budget and policy, which takes the run's
+    evictions and recomputes (tests/test_replay.py, tests/test_record_anytime.py)."""
+    if runtime.trace is not None:
+        raise ValueError("this runtime is recording a trace already: draw that trace with "
+                         "coop.timeline.write(trace, path, budget=...) once it is written")
+    with tempfile.TemporaryDirectory(prefix="coop-timeline-") as tmp:
+        trace = os.path.join(tmp, "trace.jsonl")
+        try:
+            with runtime.record(trace):
+                yield
+        finally:
+            write(trace, path, budget=runtime.arena.capacity, policy=runtime.policy,
+                  alignment=runtime.arena.alignment)
 
 
 def _bytes(n):
