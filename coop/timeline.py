@@ -127,7 +127,7 @@ class _Log:
                       after["moves"] - ops["moves"]]
             if any(counts):
                 self.marks.append([i, *counts])
-        self.time = i + 1
+            self.time = i + 1      # a record that ran out of memory is drawn too
 
     def _settle(self, i, events, before):
         """Pieces from record i's log; then, from the engine, who owns each one placed and why

@@ -88,6 +88,16 @@ def test_the_pieces_are_the_arena_log_with_their_owners(trace, tmp_path):
     assert tl.pieces[1]["t1"] == 4.333333                         # record 4: 1st of 2 events
 
 
+def test_a_run_out_of_memory_is_drawn_up_to_the_failed_record(trace, tmp_path):
+    tl = timeline.write(trace, tmp_path / "t.html", budget=3 * K)
+    assert tl.figures["status"] == R.replay(trace, budget=3 * K)["status"] == "oom"
+    # records 0-5 ran; record 6 (the add) recomputed both its inputs, then found no room
+    assert (tl.figures["records"], tl.records) == (6, 7)
+    assert all(p["t0"] < p["t1"] <= 7 for p in tl.pieces)
+    assert [(p["begin"], p["t1"]) for p in tl.pieces[-2:]] == [("recomputed", 7)] * 2
+    assert tl.marks[-1] == [6, 2, 1, 0]
+
+
 def test_the_page_is_self_contained(trace, tmp_path):
     timeline.write(trace, tmp_path / "t.html", budget=4 * K)
     text = (tmp_path / "t.html").read_text(encoding="utf-8")
