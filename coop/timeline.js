@@ -144,8 +144,8 @@
     range.setAttribute("data-x1", box.x + box.w);
   }
   function clamp() {
-    box.w = Math.min(box.w, full.w);
-    box.h = Math.min(box.h, full.h);
+    box.w = Math.min(Math.max(box.w, 1e-3), full.w);
+    box.h = Math.min(Math.max(box.h, 1e-3), full.h);
     box.x = Math.min(Math.max(box.x, full.x), full.x + full.w - box.w);
     box.y = Math.min(Math.max(box.y, full.y), full.y + full.h - box.h);
   }
@@ -172,7 +172,9 @@
     zoom(e.deltaY < 0 ? 1.25 : 0.8, fx, fy, e.shiftKey);
   }, {passive: false});
   let drag = null;
-  plot.addEventListener("mousedown", (e) => { drag = {x: e.clientX, y: e.clientY, box: Object.assign({}, box)}; });
+  plot.addEventListener("mousedown", (e) => {
+    drag = {x: e.clientX, y: e.clientY, box: Object.assign({}, box)};
+  });
   window.addEventListener("mouseup", () => { drag = null; });
   window.addEventListener("mousemove", (e) => {
     if (!drag) return;
@@ -182,12 +184,13 @@
     clamp();
     draw();
   });
-  plot.addEventListener("dblclick", () => { box = Object.assign({}, full); draw(); });
+  function reset() { box = Object.assign({}, full); draw(); }
+  plot.addEventListener("dblclick", reset);
   document.getElementById("zoom-in").addEventListener("click", () => zoom(2, 0.5, 0.5, false));
   document.getElementById("zoom-out").addEventListener("click", () => zoom(0.5, 0.5, 0.5, false));
   document.getElementById("zoom-in-y").addEventListener("click", () => zoom(2, 0.5, 0.5, true));
   document.getElementById("zoom-out-y").addEventListener("click", () => zoom(0.5, 0.5, 0.5, true));
-  document.getElementById("reset").addEventListener("click", () => { box = Object.assign({}, full); draw(); });
+  document.getElementById("reset").addEventListener("click", reset);
   draw();
   document.body.setAttribute("data-ready", "1");
 })();

@@ -8,6 +8,11 @@ record by record while the replayer runs; after each record the engine says whos
 piece is (a constant, or a computed storage of its producer's class) and why each freed piece
 went (evicted, released, moved). ``write(trace, path, budget=...)`` draws a trace;
 ``Runtime.timeline(path)`` draws a stretch of a live run (docs/trace-format.md#timelines).
+
+The page's script (coop/timeline.js) is plain JS over SVG, written here: the one plotting
+library on PyPI that writes offline pages, plotly (``include_plotlyjs=True``), inlines a
+~4.6 MB bundle into every page and draws rectangles as layout shapes without per-piece
+attributes, which the browser test reads.
 """
 import contextlib
 import html
@@ -214,7 +219,8 @@ def render(timeline):
     figures = [("policy", f["policy"]), ("status", f["status"]),
                ("budget", _bytes(f["budget_bytes"])), ("peak", _bytes(f["peak_used_bytes"])),
                ("evictions", f"{f['evictions']:,}"),
-               ("eager evictions", f"{f['eager_evictions']:,}"), ("recomputes", f"{f['recomputes']:,}"),
+               ("eager evictions", f"{f['eager_evictions']:,}"),
+               ("recomputes", f"{f['recomputes']:,}"),
                ("moves", f"{f['moves']:,}"), ("overhead", f"{f['compute_overhead']:.3f}"),
                ("records", f"{f['records']:,}"), ("pieces", f"{len(timeline.pieces):,}")]
     header = "".join(f'<div class="figure" data-name="{html.escape(k)}"><span>{html.escape(k)}'

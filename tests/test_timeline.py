@@ -206,7 +206,8 @@ def test_the_browser_draws_the_pieces_hovers_and_zooms(browser, trace, tmp_path)
     assert [tuple(d) for d in drawn] == PIECES
     assert [(d[0], d[1]) for d in drawn] == whole_log(trace, 4 * K)
     marks = browser.execute_script(
-        "return [...document.querySelectorAll('#view line.mark')].map(l => l.getAttribute('class'))")
+        "return [...document.querySelectorAll('#view line.mark')]"
+        ".map(l => l.getAttribute('class'))")
     assert sorted(marks) == ["mark m-evicted"] * 2 + ["mark m-recomputed"] * 2
     figure = browser.find_element(By.CSS_SELECTOR, '#figures [data-name="evictions"] b')
     assert figure.text == "2"
