@@ -11,7 +11,7 @@ went (evicted, released, moved). ``write(trace, path, budget=...)`` draws a trac
 
 The page's script (coop/timeline.js) is plain JS over SVG, written here: the one plotting
 library on PyPI that writes offline pages, plotly (``include_plotlyjs=True``), inlines a
-~4.6 MB bundle into every page and draws rectangles as layout shapes without per-piece
+bundle of several megabytes into every page and draws rectangles as layout shapes without per-piece
 attributes, which the browser test reads.
 """
 import contextlib
