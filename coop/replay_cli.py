@@ -5,6 +5,8 @@ A budget is a ratio of the trace's unlimited peak ("0.5") or a size with a unit 
 Example: coop replay run.jsonl --budget 0.5 --policy coop,dtr,dtr-ideal
 """
 import json
+import os
+import sys
 
 from coop import replay as R
 from coop.budget import parse_budget
@@ -43,6 +45,9 @@ def add_arguments(parser):
     parser.add_argument("--thrash", type=float, default=R.THRASH,
                         help="stop a run once its compute overhead passes this (0: never)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per policy")
+    parser.add_argument("--timeline", metavar="OUT.html", default=None,
+                        help="also draw each run's memory timeline as a self-contained HTML "
+                             "page (several policies: OUT-<policy>.html)")
     parser.set_defaults(run=main)
 
 
@@ -56,6 +61,16 @@ def parse_ratio_or_size(text):
         raise ValueError(f"budget ratio {text!r} must be > 0 (a share of the unlimited peak, "
                          "e.g. 0.5), or give a size such as 6GiB")
     return "ratio", ratio
+
+
+def _timelines(args, program, results):
+    from coop import timeline
+    stem, suffix = os.path.splitext(args.timeline)
+    for r in results:
+        path = args.timeline if len(results) == 1 else f"{stem}-{r['policy']}{suffix or '.html'}"
+        timeline.write(program, path, budget=r["budget_bytes"], policy=r["policy"],
+                       alignment=args.alignment, thrash=args.thrash or None)
+        print(f"timeline of {r['policy']}: {path}", file=sys.stderr if args.json else sys.stdout)
 
 
 def main(args):
@@ -76,6 +91,8 @@ def main(args):
         budget = dict(ratio=value) if kind == "ratio" else dict(budget=value)
         results.append(R.replay(program, policy=policy, alignment=args.alignment,
                                 thrash=args.thrash or None, peak_bytes=peak, **budget))
+    if args.timeline:
+        _timelines(args, program, results)
     if args.json:
         for r in results:
             print(json.dumps(r))

@@ -103,8 +103,16 @@ class Runtime:
         _current.remove(self)
 
     def record(self, path):
-        """Record the program from now on into a trace file (a context manager)."""
+        """Record the program from now on into a trace file (a context manager). Entered when
+        tensors exist, the trace starts with them: the held resident ones as constants at
+        their offsets, the held evicted ones as calls with no inputs (docs/trace-format.md)."""
         return _Recording(self, path)
+
+    def timeline(self, path):
+        """Draw the program from now on as a memory timeline, an HTML page at path (a context
+        manager; coop.timeline): recorded, then replayed at this budget and policy on exit."""
+        from coop.timeline import recording
+        return recording(self, path)
 
     def mark_start(self):
         """Mark where the measured region of a recorded trace starts."""
@@ -287,6 +295,8 @@ class _Recording:
         if runtime.cost_model is not None:
             meta["cost_model"] = runtime.cost_model.name
         self.writer = TraceWriter(path, **meta)
+        if runtime._engine.live_storages:
+            self.writer.live(*_live_state(runtime))
         runtime.trace = self.writer
         runtime._engine.release_hook = self.writer.release
 
@@ -297,6 +307,31 @@ class _Recording:
         self.runtime.trace = None
         self.runtime._engine.release_hook = None
         self.writer.close()
+
+
+def _live_state(runtime):
+    """What TraceWriter.live writes for a runtime: its arena's pieces up to the last used one
+    (a held storage, None for free memory and storages only records keep, -1 for memory
+    without a storage) and its held evicted storages."""
+    engine = runtime._engine
+    pieces = []
+    for offset, size, free, sid in runtime.arena.pieces():
+        info = engine.info(sid) if sid >= 0 else None
+        key = None if free or (info is not None and not info["users"]) else \
+            sid if info is not None else -1
+        if key is None and pieces and pieces[-1][0] is None:
+            pieces[-1] = (None, pieces[-1][1] + size)
+        else:
+            pieces.append((key, size))
+    if pieces and pieces[-1][0] is None:
+        pieces.pop()
+    evicted = []
+    for sid in engine.storages():
+        info = engine.info(sid)
+        if info["users"] and info["offset"] is None:
+            o = info["producer"]
+            evicted.append((sid, info["nbytes"], engine.op_cost(o), _cls_name(engine.placement(o))))
+    return pieces, evicted
 
 
 def _allocs(log):

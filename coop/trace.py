@@ -37,6 +37,31 @@ class TraceWriter:
     def start(self):
         self._write({"op": "start"})
 
+    def live(self, pieces, evicted):
+        """The state of a run that has tensors when its recording starts (docs/trace-format.md,
+        "Recording any time"). pieces: (storage id, bytes) of the arena's pieces from address 0,
+        in address order: a storage the program holds, None for a range the replay leaves free,
+        or -1 for memory no record names (kept); each becomes a constant, in that order, so that
+        placed first fit from the low end they take the run's offsets; the None ones are then
+        released. evicted: (storage id, bytes, cost, class name) of the held storages that are
+        evicted; each becomes a call with no inputs, recomputable at its producer's cost."""
+        free = []
+        for sid, nbytes in pieces:
+            if sid is None or sid < 0:
+                tid = self._next
+                self._next += 1
+                if sid is None:
+                    free.append(tid)
+            else:
+                tid = self._define(sid)
+            self._write({"op": "constant", "id": tid, "size": nbytes})
+        for tid in free:
+            self._write({"op": "release", "id": tid})
+        for sid, nbytes, cost, cls in evicted:
+            self._write({"op": "call", "name": "evicted before recording", "inputs": [],
+                         "outputs": [{"id": self._define(sid), "size": nbytes, "alias": -1}],
+                         "cost": cost, "cls": cls})
+
     def constant(self, sid, nbytes):
         self._write({"op": "constant", "id": self._define(sid), "size": nbytes})
 
