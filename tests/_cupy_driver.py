@@ -19,11 +19,8 @@ class FakeMemory:
 
 
 class FakeEvent:
-    count = 0
-
-    def __init__(self):
-        FakeEvent.count += 1
-        self.name = f"e{FakeEvent.count}"
+    def __init__(self, name):
+        self.name = name
 
 
 class FakeDriver:
@@ -35,6 +32,7 @@ class FakeDriver:
         self.free, self.total = 60 * GiB, 80 * GiB
         self.name = "NVIDIA H100 80GB HBM3"
         self.reserved, self.released, self.log = [], [], []
+        self.events = 0   # events made: e1, e2, ...
 
     def ptds(self):
         """This thread's per-thread default stream (all threads share one handle)."""
@@ -52,7 +50,8 @@ class FakeDriver:
         return FakeMemory(self.bases[device_id], device_id, self.released)
 
     def new_event(self):
-        return FakeEvent()
+        self.events += 1
+        return FakeEvent(f"e{self.events}")
 
     def record(self, event, stream):
         self.log.append(("record", event.name, stream))
