@@ -104,6 +104,15 @@ def _wait(stream, event):
     stream.wait_event(event)
 
 
+def _timing_event():
+    return cupy.cuda.Event()
+
+
+def _elapsed_ms(start, end):
+    end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end)
+
+
 def _synchronize(device_id):
     cupy.cuda.runtime.deviceSynchronize()  # the device is current: malloc runs on it
 
@@ -656,7 +665,7 @@ class EventTimer:
 
             def run(*args, **kwargs):
                 if self._start is None:
-                    self._start, self._end = cupy.cuda.Event(), cupy.cuda.Event()
+                    self._start, self._end = _timing_event(), _timing_event()
                 self._start.record()
                 try:
                     return fn(*args, **kwargs)
@@ -671,8 +680,7 @@ class EventTimer:
         return timed
 
     def elapsed_ns(self):
-        self._end.synchronize()
-        return cupy.cuda.get_elapsed_time(self._start, self._end) * 1e6
+        return _elapsed_ms(self._start, self._end) * 1e6
 
 
 def allocator(budget, device=None, base=None):
