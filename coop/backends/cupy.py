@@ -7,7 +7,7 @@ The pool is itself the allocator (``__call__`` is ``malloc``), so the object han
 
 Per device, the first malloc reserves one device allocation of the budget (rounded down to 512
 bytes, the arena's capacity); every allocation is a piece of it, wrapped in its own
-``UnownedMemory`` whose owner (`_Piece`) frees the piece when the last view of it dies.
+``UnownedMemory`` whose owner (``coop._cupy_pool.Piece``) frees the piece when the last view of it dies.
 Allocations made outside ``coop.apply`` stay anonymous pieces: never evicted. CuPy's memory
 hooks (``cupy.cuda.MemoryHook``) are called as CuPy's own pool calls them.
 
@@ -39,6 +39,7 @@ from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
 from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
+from coop._cupy_pool import serve
 from coop.backends.base import Backend
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
@@ -237,44 +238,6 @@ class _DeviceArena:
         self.stream = None            # that stream (recorded on once a second one appears)
         self.order = None             # _StreamOrder once a second stream allocated, else None
         self.lock = lock              # the pool's lock: guards order (frees come from any thread)
-
-
-class _Piece:
-    """Owner of one arena piece: CuPy drops it with the piece's last view, which frees it."""
-    __slots__ = ("home", "offset", "nbytes", "stream_key", "memory_id")
-
-    def __init__(self, home, offset, nbytes, stream_key):
-        self.home = home
-        self.offset = offset
-        self.nbytes = nbytes          # rounded to 512, as CuPy's free hooks report it
-        self.stream_key = stream_key  # the stream it was allocated on (None with base=)
-        self.memory_id = 0            # id() of its UnownedMemory, for the hooks' pmem_id
-
-    def __del__(self):
-        # May run inside allocate_or_evict (the evict callback drops the victims' last views):
-        # the core allows that re-entry under the GIL.
-        if _has_hooks():
-            hooks = _get_hooks()
-            if hooks:
-                home = self.home
-                info = dict(device_id=home.device_id, mem_size=self.nbytes,
-                            mem_ptr=home.base + self.offset, pmem_id=self.memory_id)
-                for hook in hooks.values():
-                    hook.free_preprocess(**info)
-                try:
-                    self._free()
-                finally:
-                    for hook in hooks.values():
-                        hook.free_postprocess(**info)
-                return
-        self._free()
-
-    def _free(self):
-        home = self.home
-        home.arena.free(self.offset)
-        if home.order is not None:
-            with home.lock:
-                home.order.on_free(self.stream_key)
 
 
 def _call_hooks(hooks, stage, **info):
@@ -476,13 +439,38 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         return EventTimer()
 
     # -- cupy.cuda.MemoryPool --
-    def malloc(self, size):
+    def malloc(self, size, _hooked=False):
         """A MemoryPointer to ``size`` bytes at base + offset of a new arena piece."""
-        if _has_hooks():
+        if not _hooked and _has_hooks():
             hooks = _get_hooks()
             if hooks:
                 return self._malloc_hooked(size, hooks)
-        return self._malloc(size)
+        device_id = self._device if self._base is not None else _current_device_id()
+        home = self._homes.get(device_id)
+        if size == 0:
+            # No piece; a null pointer needs an explicit device id (else CuPy asks the driver).
+            self._check_device(device_id)
+            return MemoryPointer(UnownedMemory(0, 0, None, device_id=device_id), 0)
+        if home is None:
+            home = self._home(device_id)
+        if home.base is None:
+            self._reserve_home(home)
+        placement = getattr(self._scopes, "placement", EXPENSIVE)
+        key = None
+        if home.stream_key is not None:
+            key, stream = _current_stream(device_id)
+        try:
+            pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
+        except OutOfMemoryError:
+            gc.collect()  # unreachable cycles may hold pieces (CuPy's pool collects too)
+            try:
+                pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
+            except OutOfMemoryError as err:
+                raise CupyOutOfMemoryError(str(err), err.request, err.budget, err.free,
+                                           err.largest_free) from None
+        if key is not None and (key != home.stream_key or home.order is not None):
+            self._order(home, key, stream)   # before the caller can enqueue work on it
+        return pointer
 
     __call__ = malloc  # set_allocator(pool): the allocator and its stats are one object
 
@@ -493,44 +481,12 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         _call_hooks(hooks, "malloc_preprocess", device_id=device_id, size=size, mem_size=rounded)
         pointer = None
         try:
-            pointer = self._malloc(size)
+            pointer = self.malloc(size, True)
         finally:
             _call_hooks(hooks, "malloc_postprocess", device_id=device_id, size=size,
                         mem_size=rounded, mem_ptr=pointer.ptr if pointer is not None else 0,
                         pmem_id=id(pointer.mem) if pointer is not None else 0)
         return pointer
-
-    def _malloc(self, size):
-        device_id = self._device if self._base is not None else _current_device_id()
-        if size == 0:
-            # No piece; a null pointer needs an explicit device id (else CuPy asks the driver).
-            self._check_device(device_id)
-            return MemoryPointer(UnownedMemory(0, 0, None, device_id=device_id), 0)
-        home = self._homes.get(device_id)
-        if home is None:
-            home = self._home(device_id)
-        if home.base is None:
-            self._reserve_home(home)
-        placement = getattr(self._scopes, "placement", EXPENSIVE)
-        arena = home.arena
-        try:
-            offset = arena.request(size, placement)
-        except OutOfMemoryError:
-            gc.collect()  # unreachable cycles may hold pieces (CuPy's pool collects too)
-            try:
-                offset = arena.request(size, placement)
-            except OutOfMemoryError as err:
-                raise CupyOutOfMemoryError(str(err), err.request, err.budget, err.free,
-                                           err.largest_free) from None
-        key = None
-        if home.stream_key is not None:
-            key, stream = _current_stream(device_id)
-            if key != home.stream_key or home.order is not None:
-                self._order(home, key, stream)
-        piece = _Piece(home, offset, -(-size // ALIGNMENT) * ALIGNMENT, key)
-        memory = UnownedMemory(home.base + offset, size, piece, device_id=device_id)
-        piece.memory_id = id(memory)
-        return MemoryPointer(memory, 0)
 
     def _order(self, home, key, stream):
         with self._lock:
