@@ -40,7 +40,7 @@ class FakeDriver:
 
     def current_stream(self, device_id):
         if self.stream == "ptds":
-            key = (self.backend.PER_THREAD_STREAM, threading.get_ident())
+            key = (self.backend.PER_THREAD_STREAM, self.backend.thread_number())
             return key, f"ptds@{threading.get_ident()}"
         return self.stream, self.stream
 

@@ -132,6 +132,15 @@ def test_per_thread_default_streams_are_distinct_streams(driver, no_gc):
     del z
 
 
+def test_threads_are_told_apart_by_numbers_never_reused():
+    numbers = [backend.thread_number()]
+    for _ in range(3):   # thread idents are reused once a thread ends; these numbers are not
+        t = threading.Thread(target=lambda: numbers.append(backend.thread_number()))
+        t.start()
+        t.join()
+    assert len(set(numbers)) == 4 and backend.thread_number() == numbers[0]
+
+
 def test_free_all_blocks_after_several_streams_synchronizes_then_starts_afresh(driver, no_gc):
     pool = use(coop.allocator("1MiB"))
     a = empty(10)

@@ -5,7 +5,6 @@ run a kernel without a device."""
 import warnings
 import weakref
 
-import numpy as np
 import pytest
 
 cupy = pytest.importorskip("cupy")

@@ -26,10 +26,9 @@ driver: the pool neither reserves memory nor reads the current device or stream 
 """
 import contextlib
 import gc
+import itertools
 import os
 import threading
-import time
-import warnings
 import weakref
 
 import cupy
@@ -71,12 +70,25 @@ def _current_device_id():
     return cupy.cuda.runtime.getDevice()
 
 
+_threads = threading.local()
+_thread_numbers = itertools.count(1)
+
+
+def thread_number():
+    """This thread's number, never reused (thread idents are, once a thread ends)."""
+    try:
+        return _threads.number
+    except AttributeError:
+        number = _threads.number = next(_thread_numbers)
+        return number
+
+
 def _current_stream(device_id):
     """(key, stream) of the current stream: per-thread default streams share one handle, so
     their key also names the thread (CuPy's own pool keys them by thread too)."""
     stream = cupy.cuda.get_current_stream(device_id)
     ptr = stream.ptr
-    return ((PER_THREAD_STREAM, threading.get_ident()) if ptr == PER_THREAD_STREAM else ptr), stream
+    return ((PER_THREAD_STREAM, thread_number()) if ptr == PER_THREAD_STREAM else ptr), stream
 
 
 def _mem_info(device_id):
@@ -191,7 +203,7 @@ class _StreamOrder:
 
     def on_free(self, key):
         freed = self.freed[key] = self.freed.get(key, 0) + 1
-        if isinstance(key, tuple) and key[1] == threading.get_ident():
+        if isinstance(key, tuple) and key[1] == thread_number():
             self._record(key, freed)   # its own thread: the only one that can record it
 
     def _record(self, key, freed):
@@ -206,7 +218,7 @@ class _StreamOrder:
         self.add(key, stream)
         waited = self.waited.setdefault(key, {})
         synced = self.synced
-        me = threading.get_ident()
+        me = thread_number()
         pending = []
         for other, freed in self.freed.items():
             if other == key or freed <= max(waited.get(other, 0), synced.get(other, 0)):
@@ -295,8 +307,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         self._fixed = None if percent else self._checked(parse_budget(budget))
         self._limit = _env_limit()    # CUPY_GPU_MEMORY_LIMIT, read once as CuPy's pools do
         if base is not None and self._limit[1] is not None:
-            raise ValueError(f"coop: CUPY_GPU_MEMORY_LIMIT is a percentage of a device's memory; "
-                             f"with base= unset it or give it in bytes")
+            raise ValueError("coop: CUPY_GPU_MEMORY_LIMIT is a percentage of a device's memory; "
+                             "with base= unset it or give it in bytes")
         if percent or self._limit[1] is not None:  # check it now, against the device it will serve
             self._budget_of(self._device if self._device is not None else _current_device_id())
         elif self._limit[0] is not None:
