@@ -8,13 +8,17 @@ Measured in one run, medians of --repeat runs of --n pairs, order alternating:
   the current device even on a cached block.
 - the parts of coop's pair: the arena alone (``Arena.request`` + ``free``) and CuPy's wrapper
   objects alone (``MemoryPointer(UnownedMemory(...))``).
+- with ``--baseline FILE``: the same pool.malloc pair of another version of the backend (a copy
+  of an older coop/backends/cupy.py, loaded as a module), e.g. before its path moved to Cython:
+  ``git show 36a9812:coop/backends/cupy.py > /tmp/cupy_before.py``.
 Without a GPU, coop runs on fake device pointers (``base=``: nothing reads the memory, no
 driver call, no stream query), and the CuPy rows are reported as not measurable.
 
 Run: python benchmarks/bench_alloc.py [--n 20000] [--repeat 7] [--sizes 512,65536,16777216]
-     [--out bench-out/alloc]
+     [--baseline FILE] [--out bench-out/alloc]
 """
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -43,13 +47,23 @@ def per_pair(case, n):
         cupy.cuda.set_allocator(None)
 
 
-def cases(size, gpu):
+def load_baseline(path):
+    spec = importlib.util.spec_from_file_location("coop_alloc_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cases(size, gpu, baseline=None):
     """name -> (a no-argument callable doing one allocate + free pair, the CuPy allocator
     set while it runs)."""
     pool = coop.allocator("1GiB") if gpu else coop.allocator("1GiB", base=BASE)
     empty = lambda: cupy.empty(size, dtype=cupy.uint8)  # noqa: E731
     out = {"coop pool.malloc": (lambda: pool.malloc(size), None),
            "coop cupy.empty": (empty, pool)}
+    if baseline is not None:
+        old = baseline.allocator("1GiB") if gpu else baseline.allocator("1GiB", base=BASE)
+        out["baseline pool.malloc"] = (lambda: old.malloc(size), None)
     if gpu:
         cupy_pool = cupy.cuda.MemoryPool()
         out["cupy pool.malloc"] = (lambda: cupy_pool.malloc(size), None)
@@ -69,6 +83,8 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--sizes", default="512,65536,16777216")
+    parser.add_argument("--baseline", default=None,
+                        help="another coop/backends/cupy.py to time in the same run")
     parser.add_argument("--out", default="bench-out/alloc")
     args = parser.parse_args(argv)
     print("command:", shlex.join([sys.executable, *sys.argv]))
@@ -78,7 +94,7 @@ def main(argv=None):
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = {}
     for size in sizes:
-        funcs = cases(size, gpu)
+        funcs = cases(size, gpu, load_baseline(args.baseline) if args.baseline else None)
         times = {name: [] for name in funcs}
         names = list(funcs)
         for r in tqdm(range(args.repeat), desc=f"{size} B", leave=False, file=sys.stderr):
@@ -90,6 +106,10 @@ def main(argv=None):
     print(f"{'':{width}s} " + " ".join(f"{s:>12d}B" for s in sizes))
     for name in rows[sizes[0]]:
         print(f"{name:{width}s} " + " ".join(f"{rows[s][name]:13.3f}" for s in sizes))
+    if args.baseline:
+        for s in sizes:
+            print(f"coop / baseline (pool.malloc), {s} B: "
+                  f"{rows[s]['coop pool.malloc'] / rows[s]['baseline pool.malloc']:.2f}")
     if gpu:
         for s in sizes:
             print(f"coop / cupy (pool.malloc), {s} B: "
