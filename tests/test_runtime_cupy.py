@@ -21,7 +21,7 @@ def _reset_allocator():
 def _chain(budget, policy):
     """A chain of matmul/tanh/dropout ops summed at the end; returns (result, stats)."""
     pool = coop.allocator(budget)
-    rt = coop.Runtime(pool, policy=policy)
+    rt = coop.Runtime(pool, policy=policy, cost="a100-80gb")   # any device: a fixed model
     rng = np.random.default_rng(0)
     w = rt.tensor(rng.standard_normal((64, 64)) * 0.1)
     h = rt.tensor(rng.standard_normal((64, 64)))
@@ -53,7 +53,7 @@ def test_recompute_on_the_device_is_bit_exact(policy):
 @pytest.mark.cuda
 def test_a_tensor_on_the_device_is_a_piece_of_the_pool():
     pool = coop.allocator("1MiB")
-    rt = coop.Runtime(pool, policy="coop")
+    rt = coop.Runtime(pool, policy="coop", cost="a100-80gb")
     x = rt.tensor(np.arange(256, dtype=np.float32))
     with x.borrow() as a:
         assert isinstance(a, cupy.ndarray) and pool.offset_of(a) is not None
