@@ -77,7 +77,22 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # tqdm and matplotlib only draw progress and plots: stub them when absent
 STUBS=$OUT/stubs
 mkdir -p "$STUBS/matplotlib"
-"$PY" -c "import tqdm" 2> /dev/null || printf 'def tqdm(it=None, *a, **k):\n    return it\n' > "$STUBS/tqdm.py"
+"$PY" -c "import tqdm" 2> /dev/null || cat > "$STUBS/tqdm.py" << 'PYEOF'
+class tqdm:
+    """A progress bar that draws nothing (tqdm is not installed)."""
+    def __init__(self, iterable=None, *args, **kwargs):
+        self.iterable = iterable
+    def __iter__(self):
+        return iter(self.iterable)
+    def set_postfix(self, *args, **kwargs):
+        pass
+    def update(self, *args, **kwargs):
+        pass
+    def write(self, text, *args, **kwargs):
+        print(text)
+    def close(self):
+        pass
+PYEOF
 "$PY" -c "import matplotlib" 2> /dev/null || {
   printf 'def use(*a, **k):\n    pass\n' > "$STUBS/matplotlib/__init__.py"
   printf 'def __getattr__(name):\n    raise ImportError("matplotlib is not installed")\n' > "$STUBS/matplotlib/pyplot.py"; }
@@ -90,7 +105,7 @@ section tests_cupy 60 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cupy
   tests/test_cupy_pool.py tests/test_cupy_runtime.py
 TAIL=20 section probes 120 "$PY" benchmarks/device_probes.py --out "$OUT"
 TAIL=12 section bench_alloc 60 "$PY" benchmarks/bench_alloc.py --n 10000 --repeat 5 --out "$OUT"
-TAIL=6 section gpt 120 "$PY" benchmarks/gpt_check.py --backend cupy --steps "$STEPS" --out "$OUT"
+TAIL=6 section gpt 150 "$PY" benchmarks/gpt_check.py --backend cupy --steps "$STEPS" --out "$OUT"
 TAIL=6 section gpt_dropout 90 "$PY" benchmarks/gpt_check.py --backend cupy \
   --steps $((STEPS / 2)) --dropout 0.1 --out "$OUT"
 
