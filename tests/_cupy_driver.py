@@ -7,6 +7,8 @@ import threading
 
 import pytest
 
+from coop.backends import cupy_streams as streams
+
 GiB = 1 << 30
 
 
@@ -40,7 +42,7 @@ class FakeDriver:
 
     def current_stream(self, device_id):
         if self.stream == "ptds":
-            key = (self.backend.PER_THREAD_STREAM, self.backend.thread_number())
+            key = (streams.PER_THREAD_STREAM, streams.thread_number())
             return key, f"ptds@{threading.get_ident()}"
         return self.stream, self.stream
 
@@ -70,13 +72,13 @@ class FakeDriver:
 def install(monkeypatch, backend, reserve=True):
     fake = FakeDriver(backend)
     monkeypatch.setattr(backend, "_current_device_id", lambda: fake.device)
-    monkeypatch.setattr(backend, "_current_stream", fake.current_stream)
+    monkeypatch.setattr(streams, "current_stream", fake.current_stream)
     monkeypatch.setattr(backend, "_mem_info", lambda device_id: (fake.free, fake.total))
     monkeypatch.setattr(backend, "_device_name", lambda device_id: fake.name)
-    monkeypatch.setattr(backend, "_new_event", fake.new_event)
-    monkeypatch.setattr(backend, "_record", fake.record)
-    monkeypatch.setattr(backend, "_wait", fake.wait)
-    monkeypatch.setattr(backend, "_synchronize", fake.synchronize)
+    monkeypatch.setattr(streams, "new_event", fake.new_event)
+    monkeypatch.setattr(streams, "record", fake.record)
+    monkeypatch.setattr(streams, "wait", fake.wait)
+    monkeypatch.setattr(streams, "synchronize", fake.synchronize)
     if reserve:
         monkeypatch.setattr(backend, "_reserve", fake.reserve)
     monkeypatch.delenv("CUPY_GPU_MEMORY_LIMIT", raising=False)

@@ -9,7 +9,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import coop  # noqa: E402
-from coop.backends import cupy as backend  # noqa: E402
+from coop.backends import cupy_streams as streams  # noqa: E402
 from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
 
 MiB = 1 << 20
@@ -133,12 +133,12 @@ def test_per_thread_default_streams_are_distinct_streams(driver, no_gc):
 
 
 def test_threads_are_told_apart_by_numbers_never_reused():
-    numbers = [backend.thread_number()]
+    numbers = [streams.thread_number()]
     for _ in range(3):   # thread idents are reused once a thread ends; these numbers are not
-        t = threading.Thread(target=lambda: numbers.append(backend.thread_number()))
+        t = threading.Thread(target=lambda: numbers.append(streams.thread_number()))
         t.start()
         t.join()
-    assert len(set(numbers)) == 4 and backend.thread_number() == numbers[0]
+    assert len(set(numbers)) == 4 and streams.thread_number() == numbers[0]
 
 
 def test_free_all_blocks_after_several_streams_synchronizes_then_starts_afresh(driver, no_gc):

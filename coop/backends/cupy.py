@@ -15,7 +15,8 @@ Streams (the rule of RMM's stream-ordered pools): allocations may run on any str
 freed on stream A is reused on A at once (stream order protects it); before another stream B
 gets memory after frees on A, B waits on an event recorded on A after those frees
 (``cudaStreamWaitEvent``). Each thread's per-thread default stream is its own stream although
-they share one handle. `_StreamOrder` keeps this bookkeeping, only once a second stream appears.
+they share one handle. ``coop.backends.cupy_streams`` keeps this bookkeeping, only once a
+second stream appears.
 
 A coop.Runtime binds to the device current when it is made (`bound`): used with another device
 current, it raises ``RuntimeError``; the pool itself serves every device (one arena each).
@@ -26,7 +27,6 @@ driver: the pool neither reserves memory nor reads the current device or stream 
 """
 import contextlib
 import gc
-import itertools
 import os
 import threading
 import weakref
@@ -39,6 +39,7 @@ from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
 from coop._cupy_pool import serve
+from coop.backends import cupy_streams as streams
 from coop.backends.base import Backend
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
@@ -47,7 +48,6 @@ from coop.kernel import Kernel
 __all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "allocator"]
 
 ALIGNMENT = 512  # CuPy's own pool rounds to 512 bytes; cudaMalloc returns 512-aligned bases
-PER_THREAD_STREAM = cupy.cuda.runtime.streamPerThread  # the handle every thread's PTDS shares
 _ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation (not exported to Python by CuPy)
 _has_hooks = memory_hook._has_memory_hooks
 _get_hooks = memory_hook.get_memory_hooks
@@ -70,27 +70,6 @@ def _current_device_id():
     return cupy.cuda.runtime.getDevice()
 
 
-_threads = threading.local()
-_thread_numbers = itertools.count(1)
-
-
-def thread_number():
-    """This thread's number, never reused (thread idents are, once a thread ends)."""
-    try:
-        return _threads.number
-    except AttributeError:
-        number = _threads.number = next(_thread_numbers)
-        return number
-
-
-def _current_stream(device_id):
-    """(key, stream) of the current stream: per-thread default streams share one handle, so
-    their key also names the thread (CuPy's own pool keys them by thread too)."""
-    stream = cupy.cuda.get_current_stream(device_id)
-    ptr = stream.ptr
-    return ((PER_THREAD_STREAM, thread_number()) if ptr == PER_THREAD_STREAM else ptr), stream
-
-
 def _mem_info(device_id):
     """(free, total) bytes of the device."""
     return cupy.cuda.Device(device_id).mem_info
@@ -105,18 +84,6 @@ def _device_name(device_id):
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def _new_event():
-    return cupy.cuda.Event(disable_timing=True)
-
-
-def _record(event, stream):
-    event.record(stream)
-
-
-def _wait(stream, event):
-    stream.wait_event(event)
-
-
 def _timing_event():
     return cupy.cuda.Event()
 
@@ -124,10 +91,6 @@ def _timing_event():
 def _elapsed_ms(start, end):
     end.synchronize()
     return cupy.cuda.get_elapsed_time(start, end)
-
-
-def _synchronize(device_id):
-    cupy.cuda.runtime.deviceSynchronize()  # the device is current: malloc runs on it
 
 
 def _reserve(device_id, nbytes):
@@ -173,70 +136,6 @@ def _env_limit():
 
 # ---- pieces and streams -----------------------------------------------------------------------
 
-class _StreamOrder:
-    """One device's stream bookkeeping, made when a second stream allocates.
-
-    Per stream key: its stream, one event, ``freed`` (pieces freed on it so far) and
-    ``recorded`` (how many of those the event's last record covers). ``waited[b][a]``: how many
-    of a's frees stream b has waited for. Before b gets memory, it waits for every other
-    stream's frees it has not waited for yet (conservative: whichever piece it gets). The event
-    of a stream is recorded lazily, when a waiter needs it (a record later than the frees
-    covers them); a per-thread default stream can only be recorded from its own thread, so its
-    frees are recorded at the free, and one freed elsewhere makes the next waiter synchronize
-    the device. All under the pool's lock (frees come from any thread).
-    """
-    __slots__ = ("streams", "events", "freed", "recorded", "waited", "synced", "device_id")
-
-    def __init__(self, device_id, key, stream):
-        self.device_id = device_id
-        self.streams = {key: stream}   # every stream served since the reservation (kept alive)
-        self.events = {}               # key -> its event, made at its first record
-        self.freed = {key: 1}          # frees before this bookkeeping existed: assume some
-        self.recorded = {key: 0}
-        self.waited = {}               # waiter key -> {key: frees of key it waited for}
-        self.synced = {}               # key -> its frees complete at the last device sync
-
-    def add(self, key, stream):
-        if key not in self.streams:
-            self.streams[key] = stream
-            self.freed[key] = self.recorded[key] = 0
-
-    def on_free(self, key):
-        freed = self.freed[key] = self.freed.get(key, 0) + 1
-        if isinstance(key, tuple) and key[1] == thread_number():
-            self._record(key, freed)   # its own thread: the only one that can record it
-
-    def _record(self, key, freed):
-        event = self.events.get(key)
-        if event is None:
-            event = self.events[key] = _new_event()
-        _record(event, self.streams[key])
-        self.recorded[key] = freed
-
-    def before_malloc(self, key, stream):
-        """Make stream ``key`` wait for the frees of every other stream (see the class)."""
-        self.add(key, stream)
-        waited = self.waited.setdefault(key, {})
-        synced = self.synced
-        me = thread_number()
-        pending = []
-        for other, freed in self.freed.items():
-            if other == key or freed <= max(waited.get(other, 0), synced.get(other, 0)):
-                continue
-            if self.recorded[other] < freed:
-                if isinstance(other, tuple) and other[1] != me:
-                    # another thread's per-thread stream, freed outside it: no handle reaches
-                    # it from here, so wait for the whole device instead
-                    _synchronize(self.device_id)
-                    self.synced = dict(self.freed)
-                    return
-                self._record(other, freed)
-            pending.append(other)
-        for other in pending:
-            _wait(stream, self.events[other])
-            waited[other] = self.recorded[other]
-
-
 class _Scopes(threading.local):
     """Per thread: ``stack``, its open ``with pool:`` scopes; ``placement``, its allocations'
     placement class. A class default, not getattr(..., default): a missing attribute of a
@@ -258,7 +157,7 @@ class _DeviceArena:
         self.memory = None            # the cupy.cuda.Memory reserved; None with base= or released
         self.stream_key = None        # key of the first stream served; None with base=
         self.stream = None            # that stream (recorded on once a second one appears)
-        self.order = None             # _StreamOrder once a second stream allocated, else None
+        self.order = None             # a StreamOrder once a second stream allocated, else None
         self.lock = lock              # the pool's lock: guards order (frees come from any thread)
 
 
@@ -378,7 +277,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                     _call_hooks(hooks, "alloc_postprocess", device_id=home.device_id,
                                 mem_size=nbytes, mem_ptr=memory.ptr if memory is not None else 0)
             home.memory = memory
-            home.stream_key, home.stream = _current_stream(home.device_id)
+            home.stream_key, home.stream = streams.current_stream(home.device_id)
             home.base = memory.ptr
 
     # -- the backend protocol --
@@ -479,7 +378,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         placement = self._scopes.placement
         key = None
         if home.stream_key is not None:
-            key, stream = _current_stream(device_id)
+            key, stream = streams.current_stream(device_id)
         try:
             pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
         except OutOfMemoryError:
@@ -512,7 +411,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
     def _order(self, home, key, stream):
         with self._lock:
             if home.order is None:
-                home.order = _StreamOrder(home.device_id, home.stream_key, home.stream)
+                home.order = streams.StreamOrder(home.device_id, home.stream_key, home.stream)
             home.order.before_malloc(key, stream)
 
     def _stats(self):
@@ -568,7 +467,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         with self._lock:
             if home.base is not None and home.arena.stats()["used_bytes"] == 0:
                 if home.order is not None:
-                    _synchronize(home.device_id)  # the streams' last uses end before cudaFree
+                    streams.synchronize(home.device_id)  # the streams' last uses end first
                 home.base = None
                 home.stream_key = home.stream = home.order = None
                 home.memory = None  # cudaFree, unless base= (then it is already None)
