@@ -101,8 +101,7 @@ export PYTHONPATH="$PYTHONPATH:$STUBS"
 # ---- tests, probes, allocation speed, GPT ------------------------------------------------------
 CUDA_FILES=$(grep -l "pytest.mark.cuda" tests/test_*.py | tr '\n' ' ')
 section tests 150 "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda $CUDA_FILES
-section tests_cupy 60 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cupy_backend.py \
-  tests/test_cupy_pool.py tests/test_cupy_runtime.py
+section tests_cupy 60 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cupy_*.py
 TAIL=20 section probes 120 "$PY" benchmarks/device_probes.py --out "$OUT"
 TAIL=12 section bench_alloc 60 "$PY" benchmarks/bench_alloc.py --n 10000 --repeat 5 --out "$OUT"
 TAIL=6 section gpt 150 "$PY" benchmarks/gpt_check.py --backend cupy --steps "$STEPS" --out "$OUT"
