@@ -35,5 +35,6 @@ extensions = [
     extension("_executor", uses_numpy=True),
     extension("_replay"),
     extension("_host", uses_numpy=True),
+    extension("_cupy_pool"),
 ]
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

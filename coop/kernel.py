@@ -34,11 +34,30 @@ class DeviceSpec:
 
 DEVICES = {
     # NVIDIA data sheets: fp32 (non-tensor-core) peak and HBM bandwidth
-    "a100-80gb": DeviceSpec("a100-80gb", 19.5e12, 2.039e12, 0.0),
-    "h200": DeviceSpec("h200", 67e12, 4.8e12, 0.0),
+    "a100-80gb": DeviceSpec("a100-80gb", 19.5e12, 2.039e12, 0.0),   # SXM4 80GB
+    "a100-40gb": DeviceSpec("a100-40gb", 19.5e12, 1.555e12, 0.0),   # SXM4 40GB
+    "h100": DeviceSpec("h100", 67e12, 3.35e12, 0.0),                # SXM5 80GB, HBM3
+    "h100-pcie": DeviceSpec("h100-pcie", 51e12, 2.0e12, 0.0),       # PCIe 80GB, HBM2e
+    "h200": DeviceSpec("h200", 67e12, 4.8e12, 0.0),                 # SXM 141GB, HBM3e
     # a rough 2-core host, for examples that model rather than time
     "cpu": DeviceSpec("cpu", 100e9, 20e9, 0.0),
 }
+
+
+def device_spec(name):
+    """The DEVICES entry for a device's name as the driver reports it ("NVIDIA H100 80GB HBM3",
+    "NVIDIA A100-SXM4-40GB"), or None when no entry describes it (other variants included:
+    an A100 80GB PCIe, an H100 NVL)."""
+    words = name.lower().replace("-", " ").split()
+    if "h200" in words and "nvl" not in words:
+        return DEVICES["h200"]
+    if "h100" in words and "nvl" not in words:
+        return DEVICES["h100-pcie" if "pcie" in words else "h100"]
+    if "a100" in words and "pcie" not in words:
+        for size in ("80gb", "40gb"):
+            if size in words:
+                return DEVICES[f"a100-{size}"]
+    return None
 
 
 class Kernel:

@@ -7,6 +7,7 @@ Python does what only Python can (call the kernel, find where its outputs landed
 Tensors); every residency rule is the engine's, the same that replays traces.
 """
 import contextvars
+import warnings
 
 import numpy
 
@@ -14,7 +15,8 @@ from coop._core import CHEAP, EXPENSIVE
 from coop._engine import Engine
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
-from coop.kernel import DEVICES, DeviceSpec, Kernel, as_kernel, spec_nbytes, specs_of
+from coop.kernel import (DEVICES, DeviceSpec, Kernel, as_kernel, device_spec, spec_nbytes,
+                         specs_of)
 from coop.policies import POLICIES, get_policy
 from coop.tensor import Tensor
 
@@ -44,9 +46,11 @@ def apply(kernel, *inputs, **attrs):
 class Runtime:
     """The tape and its execution under one backend's budget.
 
-    policy: a name of coop.policies.POLICIES. cost: None times host kernels (ns); a
-    DeviceSpec or a name in coop.kernel.DEVICES models every op by its FLOPs and bytes (the
-    simulation and device backends default to a model). classifier: "type" (the kernel's
+    policy: a name of coop.policies.POLICIES. cost: "timing" measures each op's first run
+    (host ns on NumPy, CUDA events on CuPy); a DeviceSpec or a name in coop.kernel.DEVICES
+    models every op by its FLOPs and bytes. None: timing on NumPy, the device's own spec
+    (by its name; a warning and a100-80gb's when unknown) on CuPy, a100-80gb in simulation.
+    classifier: "type" (the kernel's
     class, from the table of expensive ops) or "density" (EXPENSIVE when cost per output byte
     >= density_threshold ns/B, decided before the outputs are placed).
     """
@@ -60,8 +64,16 @@ class Runtime:
         if arena is None or not hasattr(backend, "placing"):
             raise TypeError(f"a coop.Runtime needs a coop backend (coop.numpy_allocator, "
                             f"coop.allocator, coop.SimBackend), got {type(backend).__name__}")
-        if cost is None and backend.xp is not numpy:
-            cost = "a100-80gb"
+        timer = None
+        if cost == "timing":   # measured: host timers on NumPy, CUDA events on a device
+            if backend.xp is None:
+                raise ValueError("cost='timing' needs kernels to time; the simulation backend "
+                                 "has none: give a device name or a coop.DeviceSpec")
+            if backend.xp is not numpy:
+                timer = backend.event_timer()
+            cost = None
+        elif cost is None and backend.xp is not numpy:
+            cost = _default_cost(backend)
         if isinstance(cost, str):
             if cost not in DEVICES:
                 raise ValueError(f"unknown device {cost!r} for the cost model; known: {', '.join(DEVICES)}")
@@ -78,7 +90,9 @@ class Runtime:
         self.backend = backend
         self.arena = arena
         self.xp = backend.xp
-        self._executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(backend)
+        # a device backend's executor gets it bound to the current device, held weakly
+        bound = backend.bound() if hasattr(backend, "bound") else backend
+        self._executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(bound)
         self._engine = Engine(arena, record.name, self._executor)
         self.policy = record.name
         self._partition = record.partition
@@ -86,7 +100,9 @@ class Runtime:
         self.classifier = classifier
         self.density_threshold = density_threshold
         self._by_type = classifier == "type"
-        self._timed = cost is None and classifier == "type"   # an op's cost is its elapsed ns
+        self._timer = timer  # CUDA events around each kernel (cost="timing" on a device)
+        # an op's cost is its elapsed host ns
+        self._timed = cost is None and timer is None and classifier == "type"
         self._density = {}   # kernel name -> last measured cost per output byte (timing)
         self.seed = seed
         self.trace = None
@@ -166,6 +182,8 @@ class Runtime:
         """
         if type(kernel) is not Kernel:
             kernel = as_kernel(kernel)
+        if self._timer is not None:
+            kernel = self._timer.kernel(kernel)
         views, sids = gather(self, kernel, inputs)
         seed = None
         if kernel.random:
@@ -236,6 +254,8 @@ class Runtime:
 
     def _cost(self, rec, elapsed, out_specs):
         if self.cost_model is None:
+            if self._timer is not None:
+                elapsed = self._timer.elapsed_ns()
             if self.classifier == "density":
                 self._density[rec.kernel.name] = elapsed / max(sum(spec_nbytes(s) for s in out_specs), 1)
             return float(elapsed)
@@ -332,6 +352,21 @@ def _live_state(runtime):
             o = info["producer"]
             evicted.append((sid, info["nbytes"], engine.op_cost(o), _cls_name(engine.placement(o))))
     return pieces, evicted
+
+
+def _default_cost(backend):
+    """The simulation backend's model (a100-80gb), or the device's own spec by its name; an
+    unknown device gets a100-80gb's with a warning."""
+    if backend.xp is None:
+        return DEVICES["a100-80gb"]
+    name = backend.device_name() if hasattr(backend, "device_name") else None
+    spec = device_spec(name) if name else None
+    if spec is None:
+        warnings.warn(f"coop: no cost model for device {name!r} (known: {', '.join(DEVICES)}); "
+                      f"modelling it as an a100-80gb. Pass cost='timing' (measure with CUDA "
+                      f"events), a device name or a coop.DeviceSpec", RuntimeWarning, stacklevel=3)
+        return DEVICES["a100-80gb"]
+    return spec
 
 
 def _allocs(log):

@@ -27,9 +27,8 @@ def default_backend():
 
 def make_runtime(budget, policy, backend, cost):
     """A coop.Runtime over a numpy arena or a CuPy pool of `budget` bytes."""
-    cost = None if cost == "timing" else cost
     if backend == "cupy":
-        return coop.Runtime(coop.allocator(budget), policy=policy, cost=cost or "a100-80gb")
+        return coop.Runtime(coop.allocator(budget), policy=policy, cost=cost)
     return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost=cost)
 
 

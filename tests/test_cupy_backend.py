@@ -16,6 +16,7 @@ cupy = pytest.importorskip("cupy")
 import coop  # noqa: E402
 from coop._core import CallbackOwner  # noqa: E402
 from coop.backends import cupy as backend  # noqa: E402
+from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
 
 BASE = 0x7F0000000000  # fake device address; nothing ever reads or writes it
 MiB = 1 << 20
@@ -320,38 +321,7 @@ def test_import_coop_needs_no_cupy(tmp_path):
     assert out.stdout == "coop.allocator needs CuPy: pip install cupy-cuda12x\n"
 
 
-# ---- the driver path, with a fake driver --------------------------------------------------------
-
-class FakeDriver:
-    """Stands in for the four driver calls the backend makes; records reservations."""
-    bases = {0: 0x7F0000000000, 1: 0x7E0000000000}
-
-    def __init__(self):
-        self.device, self.stream, self.reserved, self.released = 0, 0, [], []
-
-    def reserve(self, device_id, nbytes):
-        assert device_id == self.device
-        self.reserved.append((device_id, nbytes))
-        return FakeMemory(self.bases[device_id], device_id, self.released)
-
-
-class FakeMemory:
-    def __init__(self, ptr, device_id, released):
-        self.ptr, self.device_id, self._released = ptr, device_id, released
-
-    def __del__(self):
-        self._released.append(self.device_id)
-
-
-@pytest.fixture
-def driver(monkeypatch):
-    fake = FakeDriver()
-    monkeypatch.setattr(backend, "_current_device_id", lambda: fake.device)
-    monkeypatch.setattr(backend, "_current_stream_ptr", lambda device_id: fake.stream)
-    monkeypatch.setattr(backend, "_device_total", lambda device_id: 80_000_000_000)
-    monkeypatch.setattr(backend, "_reserve", fake.reserve)
-    return fake
-
+# ---- the driver path, with a fake driver (tests/_cupy_driver.py) ------------------------------
 
 def test_one_lazy_reservation_per_device(driver):
     pool = use(coop.allocator("1MiB"))
@@ -380,30 +350,45 @@ def test_device_restriction(driver):
     assert pool.used_bytes() == 0 and driver.reserved == [(0, MiB)]
 
 
-def test_another_stream_is_refused_until_the_pool_is_released(driver):
-    pool = use(coop.allocator("1MiB"))
-    a = cupy.empty(10, dtype=cupy.uint8)
-    driver.stream = 0x5000
-    with pytest.raises(RuntimeError, match="serves stream 0x0 .* runs on stream 0x5000"):
-        cupy.empty(10, dtype=cupy.uint8)
-    pool.free_all_blocks()  # a is in use: nothing to release
-    assert driver.released == [] and pool.total_bytes() == MiB
-    with no_gc():
-        del a
-        pool.free_all_blocks()
-        assert driver.released == [0] and pool.total_bytes() == 0
-    b = cupy.empty(10, dtype=cupy.uint8)  # reserved again, on the new stream
-    assert driver.reserved == [(0, MiB), (0, MiB)] and b.data.ptr == BASE
-    driver.stream = 0
-    with pytest.raises(RuntimeError, match="serves stream 0x5000"):
-        cupy.empty(10, dtype=cupy.uint8)
-
-
-def test_percentage_budget_is_of_each_devices_memory(driver):
+def test_percentage_budget_is_of_the_memory_the_device_has_free(driver):
+    driver.free, driver.total = 40_000_000_000, 80_000_000_000
     pool = use(coop.allocator("1%"))
-    assert pool.get_limit() == 800_000_000
+    assert pool.get_limit() == 400_000_000
     cupy.empty(10, dtype=cupy.uint8)
-    assert driver.reserved == [(0, 800_000_000)] and pool.total_bytes() == 800_000_000
+    assert driver.reserved == [(0, 400_000_000)] and pool.total_bytes() == 400_000_000
+    driver.free = 1_000_000   # the budget was fixed at the first use of the device
+    assert pool.get_limit() == 400_000_000
+
+
+def test_a_budget_the_device_cannot_hold_is_coops_out_of_memory(monkeypatch):
+    from _cupy_driver import install
+    driver = install(monkeypatch, backend, reserve=False)
+    driver.free, driver.total = 3 * MiB, 80 * MiB
+    calls = []
+
+    def cuda_malloc(nbytes):  # what cupy.cuda.Memory raises when cudaMalloc fails
+        calls.append(nbytes)
+        raise cupy.cuda.runtime.CUDARuntimeError(2)
+
+    monkeypatch.setattr(backend, "_cuda_malloc", cuda_malloc)
+    pool = use(coop.allocator("4MiB"))
+    with pytest.raises(backend.CupyOutOfMemoryError) as info:
+        cupy.empty(10, dtype=cupy.uint8)
+    err = info.value
+    assert isinstance(err, cupy.cuda.memory.OutOfMemoryError) and isinstance(err, coop.OutOfMemoryError)
+    assert calls == [4 * MiB, 4 * MiB]  # one retry after a garbage collection
+    assert str(err).startswith(f"coop: cannot reserve the budget of {4 * MiB} bytes on device 0: "
+                               f"the device has {3 * MiB} bytes free of {80 * MiB} (")
+    assert f"give a budget below {3 * MiB} bytes" in str(err)
+    assert (err.request, err.budget, err.free) == (4 * MiB, 4 * MiB, 3 * MiB)
+    assert pool.total_bytes() == 0 and pool.used_bytes() == 0
+    monkeypatch.setattr(backend, "_cuda_malloc", lambda n: (_ for _ in ()).throw(
+        cupy.cuda.runtime.CUDARuntimeError(1)))  # any other driver error passes unchanged
+    with pytest.raises(cupy.cuda.runtime.CUDARuntimeError) as other:
+        cupy.empty(10, dtype=cupy.uint8)
+    assert not isinstance(other.value, MemoryError)
+    monkeypatch.setattr(backend, "_cuda_malloc", lambda nbytes: driver.reserve(0, nbytes))
+    assert cupy.empty(10, dtype=cupy.uint8).data.ptr == BASE  # a later reservation can succeed
 
 
 # ---- a real device -------------------------------------------------------------------------------
@@ -419,9 +404,10 @@ def test_real_device_arithmetic_under_the_coop_allocator():
     base = x.data.ptr - pool.offset_of(x)
     assert base % 512 == 0 and x.data.ptr % 512 == 0 and y.data.ptr % 512 == 0
     assert base <= y.data.ptr < base + 64 * MiB
-    with pytest.raises(RuntimeError, match="runs on stream"):
-        with cupy.cuda.Stream():
-            cupy.empty(10, dtype=cupy.uint8)
+    with cupy.cuda.Stream():
+        z = cupy.zeros(10, dtype=cupy.uint8)  # any stream may allocate
+        assert int(z.sum().get()) == 0
+    del z
     del x, y
     gc.collect()
     cupy.cuda.Device().synchronize()
@@ -431,6 +417,10 @@ def test_real_device_arithmetic_under_the_coop_allocator():
 
 @pytest.mark.cuda
 def test_real_device_budget_larger_than_the_device():
-    use(coop.allocator("100TiB"))
-    with pytest.raises(backend.CupyOutOfMemoryError, match="cannot reserve the budget"):
-        cupy.empty(10)
+    total = cupy.cuda.runtime.memGetInfo()[1]
+    pool = use(coop.allocator("100TiB"))
+    with pytest.raises(backend.CupyOutOfMemoryError, match="cannot reserve the budget") as info:
+        cupy.empty(10)   # cudaMalloc's CUDARuntimeError, turned into coop's (and CuPy's) error
+    assert isinstance(info.value, cupy.cuda.memory.OutOfMemoryError)
+    assert 0 < info.value.free <= total and f"free of {total}" in str(info.value)
+    assert pool.total_bytes() == 0

@@ -21,7 +21,7 @@ def _reset_allocator():
 def _chain(budget, policy):
     """A chain of matmul/tanh/dropout ops summed at the end; returns (result, stats)."""
     pool = coop.allocator(budget)
-    rt = coop.Runtime(pool, policy=policy)
+    rt = coop.Runtime(pool, policy=policy, cost="a100-80gb")   # any device: a fixed model
     rng = np.random.default_rng(0)
     w = rt.tensor(rng.standard_normal((64, 64)) * 0.1)
     h = rt.tensor(rng.standard_normal((64, 64)))
@@ -53,9 +53,52 @@ def test_recompute_on_the_device_is_bit_exact(policy):
 @pytest.mark.cuda
 def test_a_tensor_on_the_device_is_a_piece_of_the_pool():
     pool = coop.allocator("1MiB")
-    rt = coop.Runtime(pool, policy="coop")
+    rt = coop.Runtime(pool, policy="coop", cost="a100-80gb")
     x = rt.tensor(np.arange(256, dtype=np.float32))
     with x.borrow() as a:
         assert isinstance(a, cupy.ndarray) and pool.offset_of(a) is not None
     assert pool.used_bytes() == 1 * KiB
     np.testing.assert_array_equal(x.numpy(), np.arange(256, dtype=np.float32))
+
+
+@pytest.mark.cuda
+def test_timing_on_the_device_measures_kernels_with_cuda_events():
+    rt = coop.Runtime(coop.allocator("64MiB"), cost="timing")
+    a = rt.tensor(np.ones((512, 512), dtype=np.float32))
+    matmul = coop.Kernel(lambda p, q: p @ q, name="matmul")
+    rt.apply(matmul, a, a)
+    before = rt.clock
+    out = rt.apply(matmul, a, a)
+    assert rt.clock > before and rt.cost_model is None
+    np.testing.assert_array_equal(out.numpy()[:2, :2], np.full((2, 2), 512, dtype=np.float32))
+
+
+@pytest.mark.cuda
+def test_the_default_cost_model_is_the_devices_own():
+    from coop.kernel import device_spec
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    spec = device_spec(name)
+    if spec is None:
+        with pytest.warns(RuntimeWarning, match="no cost model for device"):
+            rt = coop.Runtime(coop.allocator("1MiB"))
+        assert rt.cost_model is coop.DEVICES["a100-80gb"]
+    else:
+        assert coop.Runtime(coop.allocator("1MiB")).cost_model is spec
+
+
+@pytest.mark.cuda
+def test_memory_freed_on_one_stream_is_reused_on_another_after_its_work():
+    pool = coop.allocator("64MiB")
+    s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    with pool:
+        with s1:
+            x = cupy.full(1 << 20, 7.0, dtype=cupy.float32)
+            ptr = x.data.ptr
+            x *= 3
+            del x
+        with s2:
+            y = cupy.zeros(1 << 20, dtype=cupy.float32)
+            assert y.data.ptr == ptr   # the same piece, after s2 waited on s1's event
+            y += 1
+        cupy.cuda.Device().synchronize()
+        assert float(y.min().get()) == float(y.max().get()) == 1.0

@@ -12,6 +12,11 @@ arena it is attached to). The runtime needs of a backend:
 - ``placing(placement)``: a context in which the array module's allocations of this thread go
   to the arena with that placement class (EXPENSIVE, CHEAP or LOWEST), restored on every exit;
 - ``install()`` / ``uninstall()``, and ``with backend:`` for the same with EXPENSIVE placement.
+
+A device backend may also offer (the runtime asks with hasattr): ``bound()``, the backend as
+the runtime's executor should hold it (CuPy: bound to the current device, the pool held weakly,
+so the arena's owner and the backend make no reference cycle); ``device_name()``, for the
+default cost model; ``event_timer()``, what cost="timing" measures kernels with.
 """
 import abc
 

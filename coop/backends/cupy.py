@@ -7,34 +7,50 @@ The pool is itself the allocator (``__call__`` is ``malloc``), so the object han
 
 Per device, the first malloc reserves one device allocation of the budget (rounded down to 512
 bytes, the arena's capacity); every allocation is a piece of it, wrapped in its own
-``UnownedMemory`` whose owner (`_Piece`) frees the piece when the last view of it dies.
-Allocations made outside ``coop.apply`` stay anonymous pieces: never evicted.
+``UnownedMemory`` whose owner (``coop._cupy_pool.Piece``) frees the piece when the last view of it dies.
+Allocations made outside ``coop.apply`` stay anonymous pieces: never evicted. CuPy's memory
+hooks (``cupy.cuda.MemoryHook``) are called as CuPy's own pool calls them.
 
-Streams: coop assumes one stream per device. Pieces are reused in allocation order, not in
-stream order, so a piece freed while stream A still reads it could be handed to stream B. The
-pool records the current stream at the first malloc on each device and raises ``RuntimeError``
-when a later malloc runs on another stream. To switch streams: synchronize, drop every array,
-call ``free_all_blocks()`` (which forgets the recorded stream), then allocate on the new stream.
+Streams (the rule of RMM's stream-ordered pools): allocations may run on any stream. Memory
+freed on stream A is reused on A at once (stream order protects it); before another stream B
+gets memory after frees on A, B waits on an event recorded on A after those frees
+(``cudaStreamWaitEvent``). Each thread's per-thread default stream is its own stream although
+they share one handle. ``coop.backends.cupy_streams`` keeps this bookkeeping, only once a
+second stream appears.
+
+A coop.Runtime binds to the device current when it is made (`bound`): used with another device
+current, it raises ``RuntimeError``; the pool itself serves every device (one arena each).
 
 ``base=`` (caller-owned memory at that address, for tests and embedding) never touches the
 driver: the pool neither reserves memory nor reads the current device or stream (it serves
-``device``, or device 0), so the stream rule is the caller's to keep.
+``device``, or device 0), so stream order is the caller's to keep.
 """
 import contextlib
+import gc
+import os
 import threading
+import weakref
 
 import cupy
+from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, UnownedMemory
 from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
+from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
+from coop._cupy_pool import serve
+from coop.backends import cupy_streams as streams
 from coop.backends.base import Backend
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
+from coop.kernel import Kernel
 
-__all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "allocator"]
+__all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "allocator"]
 
 ALIGNMENT = 512  # CuPy's own pool rounds to 512 bytes; cudaMalloc returns 512-aligned bases
+_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation (not exported to Python by CuPy)
+_has_hooks = memory_hook._has_memory_hooks
+_get_hooks = memory_hook.get_memory_hooks
 
 
 class CupyOutOfMemoryError(_CupyOOM, OutOfMemoryError):
@@ -54,50 +70,100 @@ def _current_device_id():
     return cupy.cuda.runtime.getDevice()
 
 
-def _current_stream_ptr(device_id):
-    return cupy.cuda.get_current_stream(device_id).ptr
+def _mem_info(device_id):
+    """(free, total) bytes of the device."""
+    return cupy.cuda.Device(device_id).mem_info
 
 
-def _device_total(device_id):
-    return cupy.cuda.Device(device_id).mem_info[1]
+def _cuda_malloc(nbytes):
+    return cupy.cuda.Memory(nbytes)  # plain cudaMalloc: never re-enters the allocator
+
+
+def _device_name(device_id):
+    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _timing_event():
+    return cupy.cuda.Event()
+
+
+def _elapsed_ms(start, end):
+    end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end)
 
 
 def _reserve(device_id, nbytes):
-    """One device allocation of nbytes on the current device (device_id); freed when dropped."""
+    """One device allocation of nbytes on the current device (device_id); freed when dropped.
+
+    cudaMalloc reports a full device as CUDARuntimeError (cudaErrorMemoryAllocation); like
+    CuPy's pool, collect garbage (cycles may hold device memory) and try once more."""
+    for attempt in (0, 1):
+        try:
+            return _cuda_malloc(nbytes)
+        except CUDARuntimeError as err:
+            if err.status != _ERROR_MEMORY_ALLOCATION:
+                raise
+            if attempt == 0:
+                gc.collect()
+                continue
+            free, total = _mem_info(device_id)
+            raise CupyOutOfMemoryError(
+                f"coop: cannot reserve the budget of {nbytes} bytes on device {device_id}: the "
+                f"device has {free} bytes free of {total} ({err}); give a budget below {free} "
+                f"bytes or a percentage of the free memory (e.g. '90%'), or free other device "
+                f"memory first (cupy.get_default_memory_pool().free_all_blocks())",
+                nbytes, nbytes, free, 0) from None
+
+
+def _env_limit():
+    """CUPY_GPU_MEMORY_LIMIT as CuPy reads it: (bytes, None), (None, fraction of the device's
+    total) or (None, None); 0 means no limit."""
+    text = os.environ.get("CUPY_GPU_MEMORY_LIMIT")
+    if text is None or not text.strip():
+        return None, None
+    text = text.strip()
     try:
-        return cupy.cuda.Memory(nbytes)  # plain cudaMalloc: never re-enters the allocator
-    except _CupyOOM as err:
-        raise CupyOutOfMemoryError(
-            f"coop: cannot reserve the budget of {nbytes} bytes on device {device_id} ({err}); "
-            f"lower the budget", nbytes, nbytes, 0, 0) from err
+        if text.endswith("%"):
+            fraction = float(text[:-1]) / 100.0
+            return None, (fraction if fraction > 0 else None)
+        size = int(text)
+    except ValueError:
+        raise ValueError(f"coop: CUPY_GPU_MEMORY_LIMIT={text!r} is neither bytes nor a "
+                         f"percentage (e.g. '8000000000' or '80%')") from None
+    return (size if size > 0 else None), None
 
 
-# ---- pieces -----------------------------------------------------------------------------------
+# ---- pieces and streams -----------------------------------------------------------------------
+
+class _Scopes(threading.local):
+    """Per thread: ``stack``, its open ``with pool:`` scopes; ``placement``, its allocations'
+    placement class. A class default, not getattr(..., default): a missing attribute of a
+    thread-local costs a caught AttributeError (~1 us) on every malloc."""
+    placement = EXPENSIVE
+
+    def __init__(self):
+        self.stack = []
+
 
 class _DeviceArena:
     """One device's arena and the memory behind it; live pieces keep it (and the memory) alive."""
-    __slots__ = ("arena", "device_id", "base", "memory", "stream_ptr")
+    __slots__ = ("arena", "device_id", "base", "memory", "stream_key", "stream", "order", "lock")
 
-    def __init__(self, arena, device_id):
+    def __init__(self, arena, device_id, lock):
         self.arena = arena            # offsets of [base, base + capacity); survives releases
         self.device_id = device_id
         self.base = None              # address of offset 0; None while nothing is reserved
         self.memory = None            # the cupy.cuda.Memory reserved; None with base= or released
-        self.stream_ptr = None        # stream seen at the reservation; None with base=
+        self.stream_key = None        # key of the first stream served; None with base=
+        self.stream = None            # that stream (recorded on once a second one appears)
+        self.order = None             # a StreamOrder once a second stream allocated, else None
+        self.lock = lock              # the pool's lock: guards order (frees come from any thread)
 
 
-class _Piece:
-    """Owner of one arena piece: CuPy drops it with the piece's last view, which frees it."""
-    __slots__ = ("home", "offset")
-
-    def __init__(self, home, offset):
-        self.home = home
-        self.offset = offset
-
-    def __del__(self):
-        # May run inside allocate_or_evict (the evict callback drops the victims' last views):
-        # the core allows that re-entry under the GIL.
-        self.home.arena.free(self.offset)
+def _call_hooks(hooks, stage, **info):
+    for hook in hooks.values():
+        getattr(hook, stage)(**info)
 
 
 # ---- the pool ---------------------------------------------------------------------------------
@@ -108,8 +174,9 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
     A coop backend (coop.backends.base.Backend: memory only): ``arena`` (the current
     device's), ``xp``, ``alignment``, ``offset_of(array)``, ``array_at``, ``placing(placement)``;
     ``with pool:`` routes the thread's CuPy allocations to it (``cupy.cuda.using_allocator``).
-    When nothing fits, the arena's owner (a coop.Runtime's engine) evicts; with none, malloc
-    raises OutOfMemoryError.
+    When nothing fits, the arena's owner (a coop.Runtime's engine) evicts; then garbage is
+    collected and the request retried once (as CuPy's pool does); then malloc raises
+    OutOfMemoryError.
     """
 
     xp = cupy
@@ -130,16 +197,21 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         self._budget_spec = budget
         self._budgets = {}            # device id -> budget in bytes (percentages differ per device)
         self._homes = {}              # device id -> _DeviceArena, made on first use
-        self._lock = threading.Lock() # guards making homes and reservations, never held in malloc
-        self._scopes = threading.local()  # .stack: this thread's open `with pool:` scopes;
-                                          # .placement: its allocations' placement class
+        self._lock = threading.RLock()  # guards homes, reservations and stream bookkeeping
+        self._scopes = _Scopes()      # this thread's `with pool:` scopes and placement class
         percent = isinstance(budget, str) and budget.strip().endswith("%")
         if percent and base is not None:
             raise ValueError(f"coop: a percentage budget ({budget!r}) is of a device's memory; "
                              f"with base= give it in bytes, e.g. '512MiB'")
         self._fixed = None if percent else self._checked(parse_budget(budget))
-        if percent:  # check it now, against the device it will first serve
+        self._limit = _env_limit()    # CUPY_GPU_MEMORY_LIMIT, read once as CuPy's pools do
+        if base is not None and self._limit[1] is not None:
+            raise ValueError("coop: CUPY_GPU_MEMORY_LIMIT is a percentage of a device's memory; "
+                             "with base= unset it or give it in bytes")
+        if percent or self._limit[1] is not None:  # check it now, against the device it will serve
             self._budget_of(self._device if self._device is not None else _current_device_id())
+        elif self._limit[0] is not None:
+            self._budget_of(self._device)
 
     # -- budget and devices --
     @staticmethod
@@ -150,12 +222,20 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         return budget
 
     def _budget_of(self, device_id):
-        if self._fixed is not None:
-            return self._fixed
         budget = self._budgets.get(device_id)
-        if budget is None:
-            budget = self._checked(parse_budget(self._budget_spec, _device_total(device_id)))
-            self._budgets[device_id] = budget
+        if budget is not None:
+            return budget
+        budget = self._fixed
+        if budget is None:  # a percentage of what the device can give now
+            budget = self._checked(parse_budget(self._budget_spec, _mem_info(device_id)[0]))
+        size, fraction = self._limit
+        if fraction is not None:
+            size = int(fraction * _mem_info(device_id)[1])
+        if size is not None and budget > size:
+            raise ValueError(f"coop: the budget of {budget} bytes exceeds CUPY_GPU_MEMORY_LIMIT "
+                             f"({os.environ.get('CUPY_GPU_MEMORY_LIMIT')!r} = {size} bytes on "
+                             f"device {device_id}); lower the budget or raise the limit")
+        self._budgets[device_id] = budget
         return budget
 
     def _device_now(self):
@@ -175,7 +255,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                 home = self._homes.get(device_id)
                 if home is None:
                     arena = Arena(self._budget_of(device_id), ALIGNMENT)
-                    home = self._homes[device_id] = _DeviceArena(arena, device_id)
+                    home = self._homes[device_id] = _DeviceArena(arena, device_id, self._lock)
         return home
 
     def _reserve_home(self, home):
@@ -185,9 +265,20 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
             if self._base is not None:
                 home.base = self._base
                 return
-            home.memory = _reserve(home.device_id, home.arena.capacity)
-            home.stream_ptr = _current_stream_ptr(home.device_id)
-            home.base = home.memory.ptr
+            nbytes = home.arena.capacity
+            hooks = _get_hooks() if _has_hooks() else None
+            if hooks:
+                _call_hooks(hooks, "alloc_preprocess", device_id=home.device_id, mem_size=nbytes)
+            memory = None
+            try:
+                memory = _reserve(home.device_id, nbytes)
+            finally:
+                if hooks:
+                    _call_hooks(hooks, "alloc_postprocess", device_id=home.device_id,
+                                mem_size=nbytes, mem_ptr=memory.ptr if memory is not None else 0)
+            home.memory = memory
+            home.stream_key, home.stream = streams.current_stream(home.device_id)
+            home.base = memory.ptr
 
     # -- the backend protocol --
     @property
@@ -197,18 +288,24 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
 
     def offset_of(self, array):
         """Arena offset of the piece holding ``array`` (also for views), or None if not ours."""
+        return self._offset_on(self._device_now(), array)
+
+    def _offset_on(self, device_id, array):
         mem = getattr(getattr(array, "data", None), "mem", None)
-        if not isinstance(mem, UnownedMemory):
+        if not isinstance(mem, UnownedMemory) or mem.device_id != device_id:
             return None
-        home = self._homes.get(mem.device_id)
-        if home is None or home.base is None or mem.device_id != self._device_now():
+        home = self._homes.get(device_id)
+        if home is None or home.base is None:
             return None
         offset = mem.ptr - home.base  # each piece has its own UnownedMemory, starting at the piece
         return offset if 0 <= offset < home.arena.capacity else None
 
     def array_at(self, offset, nbytes):
         """A flat uint8 CuPy array over nbytes of the current device's arena at offset."""
-        home = self._home(self._device_now())
+        return self._array_on(self._device_now(), offset, nbytes)
+
+    def _array_on(self, device_id, offset, nbytes):
+        home = self._home(device_id)
         if home.base is None or not 0 <= offset <= home.arena.capacity - nbytes:
             raise ValueError(f"coop: no {nbytes} bytes at offset {offset} of the reservation")
         memory = UnownedMemory(home.base + offset, nbytes, home, device_id=home.device_id)
@@ -218,7 +315,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         """Route this thread's CuPy allocations to the pool until uninstall()."""
         scope = cupy.cuda.using_allocator(self)
         scope.__enter__()
-        self._scopes.__dict__.setdefault("stack", []).append(scope)
+        self._scopes.stack.append(scope)
 
     def uninstall(self):
         self._scopes.stack.pop().__exit__(None, None, None)
@@ -236,7 +333,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
     def placing(self, placement):
         """This thread's CuPy allocations go to the pool with this placement class until exit."""
         scopes = self._scopes
-        saved = getattr(scopes, "placement", EXPENSIVE)
+        saved = scopes.placement
         scopes.placement = placement
         self.install()
         try:
@@ -245,34 +342,77 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
             self.uninstall()
             scopes.placement = saved
 
-    # -- cupy.cuda.MemoryPool --
-    def malloc(self, size):
-        """A MemoryPointer to ``size`` bytes at base + offset of a new arena piece."""
+    # -- what a coop.Runtime asks of a device backend --
+    def bound(self):
+        """The pool as a runtime's executor holds it: bound to the current device, the pool
+        held weakly (the pool's arena owns the runtime's engine: no reference cycle)."""
         device_id = self._device_now()
+        self._home(device_id)
+        return _BoundPool(self, device_id)
+
+    def device_name(self):
+        """The current device's name (e.g. 'NVIDIA H100 80GB HBM3'); None with base=."""
+        return None if self._base is not None else _device_name(self._device_now())
+
+    def event_timer(self):
+        """Times kernels with CUDA events (what cost='timing' measures on this backend)."""
+        return EventTimer()
+
+    # -- cupy.cuda.MemoryPool --
+    def malloc(self, size, _hooked=False):
+        """A MemoryPointer to ``size`` bytes at base + offset of a new arena piece."""
+        if not _hooked and _has_hooks():
+            hooks = _get_hooks()
+            if hooks:
+                return self._malloc_hooked(size, hooks)
+        device_id = self._device if self._base is not None else _current_device_id()
+        home = self._homes.get(device_id)
         if size == 0:
             # No piece; a null pointer needs an explicit device id (else CuPy asks the driver).
             self._check_device(device_id)
             return MemoryPointer(UnownedMemory(0, 0, None, device_id=device_id), 0)
-        home = self._home(device_id)
+        if home is None:
+            home = self._home(device_id)
         if home.base is None:
             self._reserve_home(home)
-        elif home.stream_ptr is not None:
-            stream_ptr = _current_stream_ptr(device_id)
-            if stream_ptr != home.stream_ptr:
-                raise RuntimeError(
-                    f"coop: device {device_id}'s pool serves stream {home.stream_ptr:#x} (seen at "
-                    f"its first allocation) but this allocation runs on stream {stream_ptr:#x}; "
-                    f"coop reuses memory in allocation order, not stream order. Allocate on one "
-                    f"stream, or synchronize, free every array and call free_all_blocks() first")
+        placement = self._scopes.placement
+        key = None
+        if home.stream_key is not None:
+            key, stream = streams.current_stream(device_id)
         try:
-            offset = home.arena.request(size, getattr(self._scopes, "placement", EXPENSIVE))
-        except OutOfMemoryError as err:
-            raise CupyOutOfMemoryError(str(err), err.request, err.budget, err.free,
-                                       err.largest_free) from None
-        memory = UnownedMemory(home.base + offset, size, _Piece(home, offset), device_id=device_id)
-        return MemoryPointer(memory, 0)
+            pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
+        except OutOfMemoryError:
+            gc.collect()  # unreachable cycles may hold pieces (CuPy's pool collects too)
+            try:
+                pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
+            except OutOfMemoryError as err:
+                raise CupyOutOfMemoryError(str(err), err.request, err.budget, err.free,
+                                           err.largest_free) from None
+        if key is not None and (key != home.stream_key or home.order is not None):
+            self._order(home, key, stream)   # before the caller can enqueue work on it
+        return pointer
 
     __call__ = malloc  # set_allocator(pool): the allocator and its stats are one object
+
+    def _malloc_hooked(self, size, hooks):
+        # as CuPy's SingleDeviceMemoryPool.malloc: pre, the allocation, post (also on failure)
+        device_id = self._device_now()
+        rounded = -(-size // ALIGNMENT) * ALIGNMENT
+        _call_hooks(hooks, "malloc_preprocess", device_id=device_id, size=size, mem_size=rounded)
+        pointer = None
+        try:
+            pointer = self.malloc(size, True)
+        finally:
+            _call_hooks(hooks, "malloc_postprocess", device_id=device_id, size=size,
+                        mem_size=rounded, mem_ptr=pointer.ptr if pointer is not None else 0,
+                        pmem_id=id(pointer.mem) if pointer is not None else 0)
+        return pointer
+
+    def _order(self, home, key, stream):
+        with self._lock:
+            if home.order is None:
+                home.order = streams.StreamOrder(home.device_id, home.stream_key, home.stream)
+            home.order.before_malloc(key, stream)
 
     def _stats(self):
         home = self._homes.get(self._device_now())
@@ -289,7 +429,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         return stats["free_bytes"] if stats else 0
 
     def total_bytes(self):
-        """The reservation on the current device (budget rounded down to 512), 0 before it."""
+        """The reservation on the current device (the whole budget rounded down to 512, from
+        the first allocation on; CuPy's pool grows it with use), 0 before it."""
         stats = self._stats()
         return stats["capacity"] if stats else 0
 
@@ -299,8 +440,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         return stats["free_pieces"] if stats else 0
 
     def get_limit(self):
-        """The budget in bytes (of the current device, for a percentage budget)."""
-        return self._fixed if self._fixed is not None else self._budget_of(self._device_now())
+        """The budget in bytes on the current device (never 0: a coop pool always has one)."""
+        return self._budget_of(self._device_now())
 
     def set_limit(self, size=None, fraction=None):
         """The budget is fixed when the pool is made: only ``set_limit(size=get_limit())`` passes."""
@@ -316,25 +457,115 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
 
         With pieces in use there is nothing to release (the arena is one allocation) and this
         does nothing. The arena itself (storages, counters) is kept; the next malloc reserves
-        again and records its stream anew. ``stream`` is accepted for CuPy's signature and
-        ignored: a pool serves one stream per device. With ``base=`` nothing reaches the driver.
+        again and starts its stream bookkeeping anew. ``stream`` is accepted for CuPy's
+        signature and ignored (the reservation serves every stream). With ``base=`` nothing
+        reaches the driver.
         """
         home = self._homes.get(self._device_now())
         if home is None:
             return
         with self._lock:
             if home.base is not None and home.arena.stats()["used_bytes"] == 0:
+                if home.order is not None:
+                    streams.synchronize(home.device_id)  # the streams' last uses end first
                 home.base = None
-                home.stream_ptr = None
+                home.stream_key = home.stream = home.order = None
                 home.memory = None  # cudaFree, unless base= (then it is already None)
+
+
+class _BoundPool:
+    """A CoopMemoryPool as one runtime's executor sees it: one device (the runtime's), the pool
+    held weakly. Used with another device current, it raises instead of mixing arenas."""
+    __slots__ = ("_pool", "device_id", "xp", "alignment", "__weakref__")
+
+    def __init__(self, pool, device_id):
+        self._pool = weakref.ref(pool)
+        self.device_id = device_id
+        self.xp = cupy
+        self.alignment = ALIGNMENT
+
+    def _live(self):
+        pool = self._pool()
+        if pool is None:
+            raise RuntimeError("coop: the CuPy pool behind this runtime is gone")
+        return pool
+
+    def _check(self, pool):
+        if pool._base is None:
+            now = _current_device_id()
+            if now != self.device_id:
+                raise RuntimeError(
+                    f"coop: this runtime is bound to device {self.device_id} (current when it was "
+                    f"made) but the current device is {now}; run it under "
+                    f"cupy.cuda.Device({self.device_id}), or make one runtime per device")
+
+    @property
+    def arena(self):
+        return self._live()._homes[self.device_id].arena
+
+    def offset_of(self, array):
+        return self._live()._offset_on(self.device_id, array)
+
+    def array_at(self, offset, nbytes):
+        pool = self._live()
+        self._check(pool)
+        return pool._array_on(self.device_id, offset, nbytes)
+
+    def placing(self, placement):
+        pool = self._live()
+        self._check(pool)
+        return pool.placing(placement)
+
+    def install(self):
+        pool = self._live()
+        self._check(pool)
+        pool.install()
+
+    def uninstall(self):
+        self._live().uninstall()
+
+
+class EventTimer:
+    """Times kernels with CUDA events on the current stream (host timers would measure the
+    launch: kernels run asynchronously). ``kernel(k)`` is k recording the events around its
+    function; ``elapsed_ns()`` waits for the end event and gives the last run's time."""
+
+    def __init__(self):
+        self._start = self._end = None
+        self._timed = {}   # Kernel -> its timed copy
+
+    def kernel(self, kernel):
+        timed = self._timed.get(kernel)
+        if timed is None:
+            fn = kernel.fn
+
+            def run(*args, **kwargs):
+                if self._start is None:
+                    self._start, self._end = _timing_event(), _timing_event()
+                self._start.record()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self._end.record()
+
+            run.__wrapped__ = fn       # the signature (an xp parameter) stays the kernel's
+            run.__name__ = kernel.name
+            timed = self._timed[kernel] = Kernel(
+                run, name=kernel.name, cls=kernel.cls, random=kernel.random,
+                inplace=kernel.inplace, views=kernel.views, flops=kernel.flops, shape=kernel.shape)
+        return timed
+
+    def elapsed_ns(self):
+        return _elapsed_ms(self._start, self._end) * 1e6
 
 
 def allocator(budget, device=None, base=None):
     """A pool for ``cupy.cuda.set_allocator``: every CuPy allocation lives within ``budget``.
 
-    ``budget``: bytes or a string ("6GiB", "80%" of the device's memory); ``device``: serve only
-    that device; ``base``: use caller-owned memory at that address (no driver calls), on
-    ``device`` or device 0. Eviction needs a runtime: ``coop.Runtime(pool, policy=...)``.
+    ``budget``: bytes or a string ("6GiB", "80%" of the memory the device has free);
+    ``device``: serve only that device; ``base``: use caller-owned memory at that address (no
+    driver calls), on ``device`` or device 0. Eviction needs a runtime:
+    ``coop.Runtime(pool, policy=...)``.
     """
     return CoopMemoryPool(budget, device, base)
 

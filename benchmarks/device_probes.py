@@ -1,0 +1,212 @@
+"""GPU-only behaviour of the CuPy backend, one line per probe (PASS / FAIL / INFO); run by
+benchmarks/device_check.sh. Exit status 1 if any probe fails, 3 without a CUDA device.
+
+Probes: the error of a reservation the device cannot hold and a percentage budget of free
+memory; memory freed on one stream reused on another while a slow kernel still writes it
+(explicit streams, and per-thread default streams in a subprocess); the default cost model and
+cost="timing" (CUDA events); dropout through coop recomputed bit for bit after an eviction;
+the embedding backward with repeated indices run twice and against NumPy; a runtime used on
+another device (with two or more devices).
+
+Run: python benchmarks/device_probes.py [--out DIR]   (writes DIR/probes.json)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import cupy
+import coop
+from coop import ops
+from coop.backends import cupy as backend
+
+results = {}
+
+
+def report(name, ok, detail):
+    results[name] = {"ok": ok, "detail": detail}
+    print(f"{'PASS' if ok else ('INFO' if ok is None else 'FAIL')} {name}: {detail}", flush=True)
+
+
+def reservation():
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    try:
+        with coop.allocator("100TiB"):
+            cupy.empty(10)
+        report("reserve_too_large", False, "no error")
+    except Exception as err:  # noqa: BLE001 - the type is what is checked
+        report("reserve_too_large", isinstance(err, backend.CupyOutOfMemoryError)
+               and isinstance(err, cupy.cuda.memory.OutOfMemoryError) and 0 < err.free <= free,
+               f"{type(err).__name__}: {str(err)[:160]}")
+    pool = coop.allocator("90%")
+    with pool:
+        cupy.empty(10)
+    total = pool.total_bytes()
+    pool.free_all_blocks()
+    report("percent_of_free", abs(total - 0.9 * free) <= 0.01 * free and pool.total_bytes() == 0,
+           f"'90%' reserved {total >> 20} MiB of {free >> 20} MiB free, released after")
+
+
+SLOW = r'''
+extern "C" __global__ void slow_fill(float* p, int n, float v, long long spin) {
+    long long t0 = clock64(); while (clock64() - t0 < spin) {}
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        p[i] = v; }
+'''
+
+
+def streams():
+    """A piece freed on stream 1 while a slow kernel still writes it, then allocated on stream 2
+    and zeroed there: stream 2 must wait (else the late kernel's 7s overwrite the zeros)."""
+    slow = cupy.RawKernel(SLOW, "slow_fill")
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    n = 1 << 20
+    pool = coop.allocator("256MiB")
+    s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    with pool:
+        with s1:
+            x = cupy.empty(n, dtype=cupy.float32)
+            ptr = x.data.ptr
+            slow((sms,), (256,), (x, cupy.int32(n), cupy.float32(7.0), cupy.int64(1_000_000_000)))
+            del x
+        with s2:
+            y = cupy.zeros(n, dtype=cupy.float32)
+        cupy.cuda.Device().synchronize()
+        same, top = y.data.ptr == ptr, float(y.max().get())
+    report("stream_reuse_waits", (top == 0.0) if same else None,
+           f"same memory {same}; max of the zeroed array after both streams: {top}")
+
+
+PTDS = textwrap.dedent("""
+    import sys, threading, cupy, coop
+    slow = cupy.RawKernel(sys.argv[1], "slow_fill")
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    pool = coop.allocator("256MiB")
+    cupy.cuda.set_allocator(pool)
+    n = 1 << 20
+    freed, done, out = threading.Event(), threading.Event(), {}
+    def a():
+        x = cupy.empty(n, dtype=cupy.float32)
+        out["a"] = x.data.ptr
+        slow((sms,), (256,), (x, cupy.int32(n), cupy.float32(7.0), cupy.int64(1_000_000_000)))
+        del x
+        freed.set(); done.wait()
+    def b():
+        freed.wait()
+        y = cupy.zeros(n, dtype=cupy.float32)
+        out["b"] = y.data.ptr
+        cupy.cuda.Device().synchronize()
+        out["max"] = float(y.max().get())
+        done.set()
+    ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+    ta.start(); tb.start(); ta.join(); tb.join()
+    print(out["a"] == out["b"], out["max"])
+""")
+
+
+def per_thread_streams():
+    env = dict(os.environ, CUPY_CUDA_PER_THREAD_DEFAULT_STREAM="1")
+    run = subprocess.run([sys.executable, "-c", PTDS, SLOW], env=env, capture_output=True,
+                         text=True, timeout=120)
+    if run.returncode:
+        report("per_thread_streams_wait", False, run.stderr.strip()[-300:])
+        return
+    same, top = run.stdout.split()
+    report("per_thread_streams_wait", (float(top) == 0.0) if same == "True" else None,
+           f"same memory {same}; max of thread b's zeroed array: {top}")
+
+
+def costs():
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rt = coop.Runtime(coop.allocator("64MiB"))
+    spec = rt.cost_model.name
+    report("default_cost_model", None if caught else True,
+           f"device {name!r} -> {spec}" + (f" (warned: {caught[0].message})" if caught else ""))
+    rt = coop.Runtime(coop.allocator("512MiB"), cost="timing")
+    a = rt.tensor(np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32))
+    matmul = coop.Kernel(lambda p, q: p @ q, name="matmul")
+    rt.apply(matmul, a, a)                 # compiles/warms cuBLAS
+    before = rt.clock
+    rt.apply(matmul, a, a)
+    measured = rt.clock - before
+    model = coop.DEVICES.get(spec, coop.DEVICES["a100-80gb"]).cost_ns(2 * 2048 ** 3, 3 * 2048 ** 2 * 4)
+    report("timing_with_cuda_events", measured > 0.2 * model,
+           f"2048^3 fp32 matmul: {measured / 1e3:.1f} us by CUDA events, roofline {model / 1e3:.1f} us")
+
+
+def dropout_recompute():
+    rt = coop.Runtime(coop.allocator("256MiB"), cost="h200")
+    x = rt.tensor(np.random.default_rng(0).uniform(1, 2, (512, 512)).astype(np.float32),
+                  requires_grad=True)
+    y = ops.dropout(x, 0.3)
+    first = y.numpy()
+    mask = y.grad_fn.saved[0]
+    rt.evict(y, mask)
+    again = y.numpy()
+    kept = float((first != 0).mean())
+    report("dropout_recompute_bit_exact",
+           bool(np.array_equal(first, again)) and rt.stats()["recomputes"] >= 1,
+           f"recomputes {rt.stats()['recomputes']}, kept fraction {kept:.3f}")
+
+
+def embedding_backward():
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((50, 64)).astype(np.float32)
+    idx = rng.integers(0, 50, (64, 128))
+    g = rng.standard_normal((64, 128, 64)).astype(np.float32)
+    grads = []
+    for _ in range(3):
+        rt = coop.Runtime(coop.allocator("256MiB"), cost="h200")
+        w = rt.tensor(w0, requires_grad=True)
+        out = ops.embedding(w, rt.tensor(idx))
+        (out * rt.tensor(g)).sum().backward()
+        grads.append(w.grad.numpy())
+    host = np.zeros_like(w0)
+    np.add.at(host, idx, g)
+    same = all(np.array_equal(grads[0], other) for other in grads[1:])
+    report("embedding_backward_deterministic", same,
+           f"3 runs bit-identical: {same}; max |gpu - numpy add.at| "
+           f"{float(np.abs(grads[0] - host).max()):.3g}")
+
+
+def other_device():
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        report("runtime_on_another_device", None, "one device: not probed")
+        return
+    rt = coop.Runtime(coop.allocator("64MiB"), cost="h200")
+    with cupy.cuda.Device(1):
+        try:
+            rt.tensor(np.ones(4))
+            report("runtime_on_another_device", False, "no error")
+        except RuntimeError as err:
+            report("runtime_on_another_device", "bound to device 0" in str(err), str(err)[:120])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=".")
+    args = parser.parse_args()
+    if not cupy.cuda.is_available():
+        print("no CUDA device visible to CuPy: nothing to probe")
+        return 3
+    for probe in (reservation, streams, per_thread_streams, costs, dropout_recompute,
+                  embedding_backward, other_device):
+        try:
+            probe()
+        except Exception as err:  # noqa: BLE001 - a crash is a result
+            report(probe.__name__, False, f"crashed: {type(err).__name__}: {str(err)[:200]}")
+        cupy.cuda.set_allocator(None)
+    with open(os.path.join(args.out, "probes.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    return 1 if any(r["ok"] is False for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+# distutils: language = c++
+"""The CuPy pool's allocation path in C (coop/backends/cupy.py is the rest of the pool).
+
+``serve`` places one request in the arena and wraps the piece as CuPy wants it:
+``MemoryPointer(UnownedMemory(base + offset, n, owner=piece, device_id), 0)``; the ``Piece``
+owner frees the piece from ``__dealloc__`` when CuPy drops the last view. CuPy ships no .pxd for
+its memory module (its class layouts change between versions), so its classes are called
+through Python, from C. Imported only by the CuPy backend: importing it imports CuPy.
+"""
+from cupy.cuda import memory_hook
+from cupy.cuda.memory import MemoryPointer, UnownedMemory
+
+from coop._core cimport Arena
+
+cdef object _has_hooks = memory_hook._has_memory_hooks
+cdef object _get_hooks = memory_hook.get_memory_hooks
+
+
+cdef class Piece:
+    """Owner of one arena piece: CuPy drops it with the piece's last view, which frees it.
+
+    Its free may run inside an eviction (the runtime drops the victims' last views from the
+    arena's evict callback): the core allows that re-entry under the GIL."""
+    cdef readonly object home          # the pool's _DeviceArena: keeps arena and memory alive
+    cdef Arena arena                   # home.arena, for the C free
+    cdef readonly size_t offset        # the piece's offset in the arena
+    cdef readonly size_t nbytes        # its rounded size, as CuPy's free hooks report it
+    cdef readonly object stream_key    # the stream it was allocated on (None with base=)
+    cdef readonly Py_ssize_t memory_id # id() of its UnownedMemory, the hooks' pmem_id
+
+    def __dealloc__(self):
+        if self.arena is None:
+            return
+        if _has_hooks():
+            hooks = _get_hooks()
+            if hooks:
+                home = self.home
+                info = dict(device_id=home.device_id, mem_size=self.nbytes,
+                            mem_ptr=home.base + self.offset, pmem_id=self.memory_id)
+                for hook in hooks.values():
+                    hook.free_preprocess(**info)
+                try:
+                    self._free()
+                finally:
+                    for hook in hooks.values():
+                        hook.free_postprocess(**info)
+                return
+        self._free()
+
+    cdef _free(self):
+        self.arena.c_free(self.offset)
+        home = self.home
+        order = home.order
+        if order is not None:   # several streams: note the free for stream ordering
+            with home.lock:
+                if home.order is not None:
+                    home.order.on_free(self.stream_key)
+
+
+def serve(home, Arena arena, size_t base, size_t nbytes, int placement, stream_key,
+          int device_id):
+    """A MemoryPointer to a new piece of nbytes (> 0) at base + offset (OutOfMemoryError from
+    the arena when nothing fits after eviction)."""
+    cdef Py_ssize_t offset = arena.c_request(nbytes, placement)
+    cdef Piece piece = Piece.__new__(Piece)
+    piece.home = home
+    piece.arena = arena
+    piece.offset = offset
+    piece.nbytes = arena.request_size(nbytes)
+    piece.stream_key = stream_key
+    memory = UnownedMemory(base + offset, nbytes, piece, device_id)
+    piece.memory_id = id(memory)
+    return MemoryPointer(memory, 0)

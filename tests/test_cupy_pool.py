@@ -1,0 +1,290 @@
+"""The CuPy pool's CuPy-facing contract on a fake driver (tests/_cupy_driver.py): streams,
+memory hooks, garbage collection before out-of-memory, stats and limits."""
+import gc
+import io
+import threading
+
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+import coop  # noqa: E402
+from coop.backends import cupy_streams as streams  # noqa: E402
+from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
+
+MiB = 1 << 20
+BASE = 0x7F0000000000
+
+
+@pytest.fixture(autouse=True)
+def reset_allocator():
+    yield
+    cupy.cuda.set_allocator(None)
+
+
+def use(pool):
+    cupy.cuda.set_allocator(pool)
+    return pool
+
+
+def empty(nbytes):
+    return cupy.empty(nbytes, dtype=cupy.uint8)
+
+
+# ---- streams ---------------------------------------------------------------------------------
+
+def test_one_stream_needs_no_driver_call(driver, no_gc):
+    use(coop.allocator("1MiB"))
+    for _ in range(3):
+        a = empty(1000)
+        del a
+    assert empty(10).data.ptr == BASE and driver.log == []
+
+
+def test_a_second_stream_waits_for_the_firsts_frees(driver, no_gc):
+    pool = use(coop.allocator("1MiB"))
+    a = empty(1000)          # on A
+    del a                    # freed on A; A may still be using it
+    driver.stream = "B"
+    b = empty(1000)          # reuses the piece: B waits on an event recorded on A now
+    assert b.data.ptr == BASE
+    assert driver.take() == [("record", "e1", "A"), ("wait", "B", "e1")]
+    c = empty(1000)          # nothing freed on A since: no new wait
+    assert driver.take() == [] and c.data.ptr == BASE + 1024
+    driver.stream = "A"
+    d = empty(512)           # nothing freed on B yet: A allocates without waiting
+    assert driver.take() == []
+    del b                    # freed on B, the stream it was allocated on
+    driver.stream = "A"
+    e = empty(512)
+    assert driver.take() == [("record", "e2", "B"), ("wait", "A", "e2")]
+    del d, e
+    f = empty(512)           # frees on A itself: reused at once on A
+    assert driver.take() == [] and f.data.ptr == BASE
+    driver.stream = "B"
+    g = empty(512)           # A freed d and e since B last waited: record A again, wait
+    assert driver.take() == [("record", "e1", "A"), ("wait", "B", "e1")]
+    del c, f, g
+    pool.arena.check()
+
+
+def test_the_free_is_tagged_with_the_allocation_stream_not_the_current_one(driver, no_gc):
+    use(coop.allocator("1MiB"))
+    driver.stream = "B"
+    b = empty(100)
+    driver.stream = "A"
+    a = empty(100)           # A's first allocation after B existed: B freed nothing yet
+    driver.take()
+    del b                    # freed while A is current: still B's piece
+    c = empty(100)
+    assert driver.take() == [("record", "e1", "B"), ("wait", "A", "e1")]
+    del a, c
+
+
+class Worker:
+    """One thread that runs the functions it is given, one at a time (its own default stream)."""
+
+    def __init__(self):
+        import queue
+        self.tasks, self.done = queue.Queue(), queue.Queue()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while (fn := self.tasks.get()) is not None:
+            try:
+                fn()
+                self.done.put(None)
+            except BaseException as err:  # noqa: B902 - handed to the caller
+                self.done.put(err)
+
+    def __call__(self, fn):
+        self.tasks.put(fn)
+        err = self.done.get(timeout=30)
+        if err is not None:
+            raise err
+
+    def stop(self):
+        self.tasks.put(None)
+        self.thread.join()
+
+
+def test_per_thread_default_streams_are_distinct_streams(driver, no_gc):
+    use(coop.allocator("1MiB"))
+    driver.stream = "ptds"   # every thread's own default stream, one shared handle
+    held, worker, other = {}, Worker(), Worker()
+    me = f"ptds@{threading.get_ident()}"
+    worker(lambda: held.setdefault("x", empty(1000)))
+    held["y"] = empty(1000)  # the main thread's stream is a second stream: what the worker
+    # freed before the bookkeeping began cannot be recorded from here, so the device syncs
+    assert driver.take() == [("sync", 0)] and held["y"].data.ptr == BASE + 1024
+    worker(lambda: held.__delitem__("x"))   # freed in its own thread: recorded there
+    assert driver.take() == [("record", "e1", f"ptds@{worker.thread.ident}")]
+    z = empty(1000)          # the main thread reuses it after waiting on that event
+    assert z.data.ptr == BASE and driver.take() == [("wait", me, "e1")]
+    other(lambda: held.__delitem__("y"))    # the main thread's piece, freed elsewhere:
+    assert driver.take() == []               # no handle to the main thread's stream there
+    worker(lambda: held.setdefault("w", empty(1000)))
+    assert driver.take() == [("sync", 0)] and held["w"].data.ptr == BASE + 1024
+    worker(lambda: held.__delitem__("w"))
+    worker.stop()
+    other.stop()
+    del z
+
+
+def test_threads_are_told_apart_by_numbers_never_reused():
+    numbers = [streams.thread_number()]
+    for _ in range(3):   # thread idents are reused once a thread ends; these numbers are not
+        t = threading.Thread(target=lambda: numbers.append(streams.thread_number()))
+        t.start()
+        t.join()
+    assert len(set(numbers)) == 4 and streams.thread_number() == numbers[0]
+
+
+def test_free_all_blocks_after_several_streams_synchronizes_then_starts_afresh(driver, no_gc):
+    pool = use(coop.allocator("1MiB"))
+    a = empty(10)
+    driver.stream = "B"
+    b = empty(10)
+    del a, b
+    driver.take()
+    pool.free_all_blocks()
+    assert driver.take() == [("sync", 0)] and driver.released == [0]
+    c = empty(10)            # reserved again, on B: one stream, no bookkeeping
+    del c
+    driver.stream = "A"
+    empty(10)
+    assert driver.take() == [("record", "e2", "B"), ("wait", "A", "e2")]  # e1: before the release
+
+
+def test_stream_bookkeeping_does_not_reach_a_caller_owned_base(driver, no_gc):
+    use(coop.allocator("1MiB", base=BASE))
+    a = empty(10)
+    driver.stream = "B"
+    del a
+    empty(10)
+    assert driver.log == []
+
+
+# ---- memory hooks ------------------------------------------------------------------------------
+
+class Recorder(cupy.cuda.MemoryHook):
+    name = "Recorder"
+
+    def __init__(self):
+        self.calls = []
+
+    def _note(stage):
+        def note(self, **kwargs):
+            self.calls.append((stage, kwargs))
+        return note
+
+    alloc_preprocess = _note("alloc_pre")
+    alloc_postprocess = _note("alloc_post")
+    malloc_preprocess = _note("malloc_pre")
+    malloc_postprocess = _note("malloc_post")
+    free_preprocess = _note("free_pre")
+    free_postprocess = _note("free_post")
+
+
+def test_memory_hooks_are_called_as_cupys_pool_calls_them(driver, no_gc):
+    use(coop.allocator("1MiB"))
+    hook = Recorder()
+    with hook:
+        a = empty(1000)
+        pmem = id(a.data.mem)
+        del a
+        zero = cupy.empty(0)
+    assert zero.data.ptr == 0
+    assert hook.calls == [
+        ("malloc_pre", dict(device_id=0, size=1000, mem_size=1024)),
+        ("alloc_pre", dict(device_id=0, mem_size=MiB)),
+        ("alloc_post", dict(device_id=0, mem_size=MiB, mem_ptr=BASE)),
+        ("malloc_post", dict(device_id=0, size=1000, mem_size=1024, mem_ptr=BASE, pmem_id=pmem)),
+        ("free_pre", dict(device_id=0, mem_size=1024, mem_ptr=BASE, pmem_id=pmem)),
+        ("free_post", dict(device_id=0, mem_size=1024, mem_ptr=BASE, pmem_id=pmem)),
+        ("malloc_pre", dict(device_id=0, size=0, mem_size=0)),
+        ("malloc_post", dict(device_id=0, size=0, mem_size=0, mem_ptr=0,
+                             pmem_id=id(zero.data.mem))),
+    ]
+
+
+def test_cupys_own_debug_print_hook_runs(driver):
+    use(coop.allocator("1MiB"))
+    from cupy.cuda.memory_hooks import DebugPrintHook
+    out = io.StringIO()
+    with DebugPrintHook(file=out):
+        a = empty(100)
+        del a
+    out = out.getvalue()
+    assert '"hook":"malloc"' in out and '"hook":"free"' in out and f'"mem_ptr":{BASE}' in out
+
+
+def test_a_failed_malloc_still_calls_the_post_hook(driver):
+    use(coop.allocator(4096))
+    hook = Recorder()
+    gc.collect()   # the failure collects garbage: leave none of other tests' pieces to free
+    with hook, pytest.raises(coop.OutOfMemoryError):
+        empty(5000)
+    assert [stage for stage, _ in hook.calls] == ["malloc_pre", "alloc_pre", "alloc_post",
+                                                   "malloc_post"]
+    assert hook.calls[-1][1]["mem_ptr"] == 0 and hook.calls[-1][1]["pmem_id"] == 0
+
+
+# ---- garbage collection before out-of-memory -----------------------------------------------------
+
+def test_an_unreachable_cycle_holding_memory_is_collected_before_out_of_memory(driver, no_gc):
+    pool = use(coop.allocator(4096))
+    cycle = [empty(3000)]
+    cycle.append(cycle)
+    del cycle                # unreachable, but only the collector can free it
+    assert pool.used_bytes() == 3072
+    b = empty(3000)          # fits only once the cycle is collected
+    assert b.data.ptr == BASE and pool.used_bytes() == 3072
+    pool.arena.check()
+
+
+# ---- stats and limits: CuPy's meanings, and where coop's differ ----------------------------------
+
+def test_stats_follow_cupys_meanings(driver, no_gc):
+    pool = use(coop.allocator("1MiB"))
+    assert (pool.used_bytes(), pool.free_bytes(), pool.total_bytes(), pool.n_free_blocks()) == \
+        (0, 0, 0, 0)      # CuPy's empty pool too
+    a = empty(1000)
+    # used: rounded to 512 as CuPy's; free = total - used; total: the whole budget at once
+    # (CuPy's grows to what it has cudaMalloc'd)
+    assert (pool.used_bytes(), pool.free_bytes(), pool.total_bytes()) == (1024, MiB - 1024, MiB)
+    del a
+    assert (pool.used_bytes(), pool.free_bytes(), pool.n_free_blocks()) == (0, MiB, 1)
+    pool.free_all_blocks()   # as CuPy's: releases what no allocation uses
+    assert (pool.total_bytes(), pool.free_bytes(), driver.released) == (0, 0, [0])
+
+
+def test_get_limit_is_the_budget_never_cupys_zero(driver):
+    pool = coop.allocator("1MiB")
+    assert pool.get_limit() == MiB
+    pool.set_limit(size=MiB)
+    for kwargs in ({}, {"size": 0}, {"fraction": 0.5}, {"size": 2 * MiB}):
+        with pytest.raises(ValueError, match="budget is fixed"):
+            pool.set_limit(**kwargs)   # CuPy: {} and size=0 lift the limit; coop keeps one
+
+
+@pytest.mark.parametrize("limit, budget, ok", [
+    ("2000000", "1MiB", True), ("1000000", "1MiB", False), ("2%", "1GiB", True),
+    ("1%", "1GiB", False), ("0", "1GiB", True)])
+def test_cupy_gpu_memory_limit_caps_the_budget(driver, monkeypatch, limit, budget, ok):
+    monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", limit)   # "1%" of the fake 80 GiB: 0.8 GiB
+    if ok:
+        assert coop.allocator(budget).get_limit() == coop.budget.parse_budget(budget)
+    else:
+        with pytest.raises(ValueError, match=r"exceeds CUPY_GPU_MEMORY_LIMIT \('%s'" % limit):
+            coop.allocator(budget)
+
+
+def test_cupy_gpu_memory_limit_of_bad_form_is_named(driver, monkeypatch):
+    monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", "8 gigs")
+    with pytest.raises(ValueError, match="CUPY_GPU_MEMORY_LIMIT='8 gigs' is neither"):
+        coop.allocator("1MiB")
+    monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", "50%")
+    with pytest.raises(ValueError, match="with base= unset it or give it in bytes"):
+        coop.allocator("1MiB", base=BASE)
