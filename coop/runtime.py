@@ -202,11 +202,12 @@ class Runtime:
 
         Returns a Tensor, or a tuple of Tensors when the kernel returns a tuple.
         """
-        with self._lock:
-            out = self._apply(kernel, inputs, attrs)
-        if self._pending:
-            self._release_pending()
-        return out
+        try:
+            with self._lock:
+                return self._apply(kernel, inputs, attrs)
+        finally:
+            if self._pending:
+                self._release_pending()
 
     def _apply(self, kernel, inputs, attrs):
         if self.arena.owner is not self._engine:

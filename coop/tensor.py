@@ -75,8 +75,8 @@ class Tensor(TensorMethods):
     __slots__ = ("_view", "requires_grad", "grad", "grad_fn", "__weakref__")
 
     def __init__(self, view):
-        with view.runtime._lock:
-            view.runtime._engine.retain(view.sid)
+        # one C step that runs no Python code: atomic under the GIL, no lock needed
+        view.runtime._engine.retain(view.sid)
         self._view = view
         self.requires_grad = False
         self.grad = None
@@ -90,11 +90,12 @@ class Tensor(TensorMethods):
         if _finalizing():
             return
         runtime = view.runtime
-        if runtime._lock.acquire(blocking=False):
+        lock = runtime._lock
+        if lock.acquire(False):
             try:
                 runtime._engine.unref(view.sid)
             finally:
-                runtime._lock.release()
+                lock.release()
         else:             # another thread is in the engine: it releases this on its way out
             runtime._pending.append(view.sid)
         if runtime._pending:
