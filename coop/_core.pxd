@@ -113,6 +113,9 @@ cdef class Arena:
     cdef readonly Evictor owner         # evicts for c_request when nothing fits; None: nobody
     cdef bint logging                   # record c_allocate / c_free into alloc_log
     cdef vector[int64_t] alloc_log      # [offset, nbytes, offset, -1 (a free), ...] since start_log
+    cdef public object managed_by       # None, or the backend whose arrays own the pieces: free() refuses
+    cdef vector[int] placing_slots      # slots being placed by eviction loops now, innermost last
+    cdef vector[unsigned char] placing_lost   # ... each: removed by an evict callback meanwhile
 
     cdef int _new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept
     cdef void _drop_piece(self, int idx) noexcept
@@ -141,6 +144,9 @@ cdef class Arena:
     cdef int _unbound_slot(self, storage) except -2
     cdef int _anonymous_piece(self, size_t offset) except -1
     cdef object _oom(self, size_t size, policy)
+    cdef Py_ssize_t _evict_loop(self, size_t size, int placement, int code, double now,
+                                int slot, Evictor evictor, object policy,
+                                size_t depth) except -2
     # C-level API for Cython owners (the trace replayer, the backends): storage slots instead of
     # ids; nothing outside this module reads the private fields above
     cdef Py_ssize_t c_allocate_or_evict(self, size_t size, int placement, int code, double now,

@@ -70,6 +70,13 @@ cdef int _placement_arg(value) except -1:
     return placement
 
 
+cdef double _clock_arg(value) except? -1.0:
+    now = float(value)
+    if not isfinite(now):
+        raise ValueError(f"a clock (now, last access) must be a finite number, got {value!r}")
+    return now
+
+
 cdef double _cost_arg(value) except? -1.0:
     cost = float(value)
     if not isfinite(cost) or cost < 0.0:
@@ -497,7 +504,7 @@ cdef class Arena:
             blk = &self.blocks[b]
             for k in range(blk.count):
                 s = now - blk.last_access[k]
-                s = 1.0 if 1.0 > s else s           # _stale, in the form that vectorises
+                s = s if s > 1.0 else 1.0           # _stale, in the form that vectorises
                 hs[base + k] = blk.cprime[k] / s    # free pieces mirror c' = 0
             memcpy(&ss[base], blk.size, blk.count * sizeof(size_t))
             memcpy(&fs[base], blk.flags, blk.count)
@@ -514,7 +521,9 @@ cdef class Arena:
             covered += ss[j]
             while covered >= size:
                 cost = p_right - p_left
-                if cost < best_cost:
+                # the first window counts even when its cost is not a number (costs so large
+                # their sums overflow: inf - inf), as the reference's
+                if cost < best_cost or best_end == 0:
                     best_cost = cost
                     best_lo = lo
                     best_end = j + 1
@@ -569,7 +578,12 @@ cdef class Arena:
         return self.c_lowest_fit(self._checked_request(nbytes))
 
     def free(self, offset):
-        """Free the used piece at offset; a storage bound to it becomes evicted."""
+        """Free the used piece at offset; a storage bound to it becomes evicted. Refused on a
+        backend's arena (``managed_by``): its arrays free their pieces when they die."""
+        if self.managed_by is not None:
+            raise ValueError(f"the piece at offset {offset} belongs to {self.managed_by}'s "
+                             "arrays: it is freed when the last array on it dies; drop the "
+                             "array (or the coop.Tensor) instead of freeing its memory")
         self.c_free(_size_arg(offset, "offset"))
 
     def bind(self, offset, storage):
@@ -630,7 +644,7 @@ cdef class Arena:
         self.c_pin(slot, -1)
 
     def touch(self, sid, now):
-        self.c_touch(self._slot(sid), float(now))
+        self.c_touch(self._slot(sid), _clock_arg(now))
 
     def storage_info(self, sid):
         cdef int slot = self._slot(sid)
@@ -665,7 +679,7 @@ cdef class Arena:
         cdef size_t size = self._checked_request(nbytes)
         cdef int code = policy_code(policy, self.ideal)
         cdef vector[int] victims
-        self._choose(size, code, float(now), victims)
+        self._choose(size, code, _clock_arg(now), victims)
         return [self.storages[s].sid for s in victims]
 
     def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE):
@@ -676,7 +690,7 @@ cdef class Arena:
         cdef int code = policy_code(policy, self.ideal)
         cdef int slot = self._unbound_slot(storage)
         cdef Py_ssize_t offset = self.c_allocate_or_evict(
-            self.request_size(n), _placement_arg(placement), code, float(now), slot,
+            self.request_size(n), _placement_arg(placement), code, _clock_arg(now), slot,
             _CallbackEvictor(evict), policy)
         self.c_log_request(n)
         return offset
@@ -749,6 +763,22 @@ cdef class Arena:
                                         int slot, Evictor evictor, object policy) except -2:
         """The eviction loop: place size bytes (already a request size), evicting the policy's
         victims through evictor until it fits. slot: the storage being placed, or -1."""
+        cdef Py_ssize_t off = self.c_allocate(size, placement, slot)
+        if off >= 0:
+            return off
+        cdef size_t depth = self.placing_slots.size()
+        self.placing_slots.push_back(slot)
+        self.placing_lost.push_back(0)
+        try:
+            return self._evict_loop(size, placement, code, now, slot, evictor, policy, depth)
+        finally:
+            self.placing_slots.resize(depth)
+            self.placing_lost.resize(depth)
+
+    cdef Py_ssize_t _evict_loop(self, size_t size, int placement, int code, double now,
+                                int slot, Evictor evictor, object policy,
+                                size_t depth) except -2:
+        """c_allocate_or_evict's loop; placing_slots[depth] is slot."""
         cdef vector[int] victims
         cdef vector[int64_t] ids
         cdef vector[size_t] sizes
@@ -791,9 +821,11 @@ cdef class Arena:
             if still:
                 raise RuntimeError(f"the evict callback left storages {still} resident and "
                                    "evictable; it must free each victim's piece or mark it unevictable")
-            # the callback may have removed the storage being placed
-            if slot >= 0 and not self.by_sid.count(key):
-                raise ValueError(f"storage {key} was removed during its own allocation")
+            # the callback may have removed the storage being placed (and maybe registered one
+            # in its slot since): the piece must not go to another storage
+            if slot >= 0 and self.placing_lost[depth]:
+                raise ValueError(f"storage {key} was removed during its own allocation (by the "
+                                 "evict callback); a callback must not remove or re-add it")
 
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbours,
                            bint evictable) except -1:
@@ -819,6 +851,10 @@ cdef class Arena:
 
     cdef void c_remove_storage(self, int slot) noexcept:
         cdef Storage* st = &self.storages[slot]
+        cdef size_t i
+        for i in range(self.placing_slots.size()):
+            if self.placing_slots[i] == slot:
+                self.placing_lost[i] = 1
         cdef int c = st.eq_class
         cdef int n, k
         if st.piece >= 0:
@@ -988,7 +1024,8 @@ include "_check.pxi"
 
 cdef inline double _stale(double last_access, double now) noexcept:
     cdef double s = now - last_access
-    return 1.0 if 1.0 > s else s      # Python's max(s, 1.0), as the reference (NaN stays NaN)
+    # max(s, 1.0), and 1.0 for NaN (an infinite clock minus itself): a score stays a number
+    return s if s > 1.0 else 1.0
 
 
 cdef inline bint _contains(vector[int]& items, int value) noexcept:
@@ -1062,7 +1099,7 @@ cdef class CallbackOwner(_CallbackEvictor):
 
     @now.setter
     def now(self, value):
-        self.now = float(value)
+        self.now = _clock_arg(value)
 
     def __repr__(self):
         return f"<coop.CallbackOwner policy={self.policy_name!r} now={self.now}>"

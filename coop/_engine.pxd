@@ -94,6 +94,7 @@ cdef class Engine(Evictor):
     cdef int c_prepare_inplace(self, int o, vector[int]& mutated) except -1
     cdef int c_finish_inplace(self, int o) except -1
     cdef int c_abort(self, int o) except -1
+    cdef int c_fail_inplace(self, int o) except -1
     cdef int _finish_common(self, int o) except -1
     cdef int _die(self, int s) except -1
     cdef void _recycle(self, int s) noexcept

@@ -566,6 +566,46 @@ cdef class Engine(Evictor):
             self._link(o)
         return self._finish_common(o)
 
+    cdef int c_fail_inplace(self, int o) except -1:
+        """An in-place op's kernel failed (or was interrupted) after prepare: it may have
+        written part of each mutated S. What was computed from S's old value keeps it: S's
+        readers (and S's old producer) move to the old value V, as on success, and S becomes a
+        constant holding whatever the kernel left (never recomputed). Then the op aborts."""
+        cdef int k, m, s, w, p
+        cdef uint64_t c
+        cdef int co
+        cdef vector[int] none
+        self.work.clear()
+        for k in range(<int>self.cur_mutated.size()):
+            m = self.cur_mutated[k]
+            s = self.op_in[o][m]
+            w = self.cur_created[k]
+            if w < 0:
+                continue      # nothing recorded reads S's old value: S just keeps what it holds
+            p = self.producer[s]
+            if p >= 0:
+                self.op_out[p][self.index[s]] = w
+            for c in self.consumers[s]:
+                co = <int>(c & 0xffffffff)
+                if self.generation[co] != (c >> 32) or co == o:
+                    continue
+                if _replace(self.op_in[co], s, w):
+                    self.consumers[w].push_back(c)
+                    if self.live_out[co] > 0:
+                        self.readers[s] -= 1
+                        self.readers[w] += 1
+            self.consumers[s].clear()
+            if p >= 0:
+                self.producer[s] = -1
+                self.index[s] = 0
+                self._reregister(s, 0.0, none, False, False)
+                self.const_bytes += self.arena.request_size(self.size[s])
+            self.work.push_back(w)     # an old value nothing reads dies below
+        self.cur_created.clear()
+        self.cur_mutated.clear()
+        self.c_abort(o)
+        return self._collect()
+
     cdef void _bound(self, int o) noexcept:
         """The lower bound of a budget (docs/design.md), per op: live constants + the op's
         recomputable inputs and its outputs."""
@@ -782,6 +822,11 @@ cdef class Engine(Evictor):
         except BaseException:
             self.c_abort(o)
             raise
+
+    def fail_inplace(self, int o):
+        """The running in-place op failed after prepare_inplace (see c_fail_inplace)."""
+        self._running(o)
+        self.c_fail_inplace(o)
 
     def finish_inplace(self, int o, double cost):
         self._running(o)

@@ -11,6 +11,7 @@ from cpython.ref cimport Py_REFCNT
 from libc.stdint cimport int64_t
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
+from coop._core cimport Arena
 from coop._engine cimport Engine, Executor
 
 cimport numpy as cnp
@@ -153,7 +154,7 @@ cdef class ArrayExecutor(Executor):
         try:
             _, elapsed = self.call(rec, [self.array(v) for v in rec.inputs], placement)
         except BaseException:
-            self.engine.abort(o)
+            self.engine.fail_inplace(o)    # the kernel may have written part of its input
             raise
         memory = self.arrays[rec.inputs[rec.kernel.inplace].sid]
         rec.outputs = [(memory.shape, memory.dtype)]   # a recompute returns a copy of it
@@ -224,17 +225,25 @@ cdef class ArrayExecutor(Executor):
                                 f"kernels must return {xp.__name__} arrays (or a tuple of them)")
         return outs, elapsed
 
-    def adopt(self, outs, placement):
+    def adopt(self, outs, placement, inputs=()):
         """(output, root, offset) of each output; memory from outside the arena (a worker
-        thread's, a cached array) is copied in, and the copy is the output."""
+        thread's, a cached array) is copied in, and the copy is the output. So is memory of
+        another storage than the op's inputs (a kernel returning an array it kept from an
+        earlier call): a storage's memory is its own."""
         cdef object backend = self.backend
         cdef object ndarray = self.ndarray
+        cdef Arena arena = backend.arena
         cdef list placed = []
+        cdef size_t size
+        cdef int slot
         for o in outs:
             root = o
             while isinstance(root.base, ndarray):
                 root = root.base
             offset = backend.offset_of(root)
+            if offset is not None and arena.c_used_piece(offset, &size, &slot) == 0 \
+                    and slot >= 0 and arena.c_sid(slot) not in inputs:
+                offset = None
             if offset is None:
                 with backend.placing(placement):
                     o = root = self.xp.array(o, copy=True)
@@ -256,7 +265,7 @@ cdef class ArrayExecutor(Executor):
                 ins.append(arrays[v.sid] if v.natural else build_view(self.xp, arrays[v.sid], v))
             outs, elapsed = self.call(rec, ins, placement)
             del ins
-            placed = self.adopt(outs, placement)
+            placed = self.adopt(outs, placement, [v.sid for v in rec.inputs])
             rec.outputs = [(x.shape, x.dtype) for x in outs]
             cost = float(elapsed) if timed else runtime._cost(rec, elapsed, rec.outputs)
         except BaseException:

@@ -84,6 +84,7 @@ cdef class HostBackend:
 
     def __cinit__(self, nbytes, alignment=64):
         self.arena = Arena(nbytes, alignment)
+        self.arena.managed_by = "coop.numpy_allocator"   # its arrays free their own pieces
         cdef void* mem = NULL
         cdef size_t align = max(self.arena.alignment, sizeof(void*))
         if posix_memalign(&mem, align, self.arena.capacity) != 0:

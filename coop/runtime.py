@@ -6,7 +6,9 @@ A Runtime is an engine plus an executor for its backend: arrays on the host or a
 Python does what only Python can (call the kernel, find where its outputs landed, make the
 Tensors); every residency rule is the engine's, the same that replays traces.
 """
+import collections
 import contextvars
+import threading
 import warnings
 
 import numpy
@@ -82,18 +84,34 @@ class Runtime:
             raise TypeError(f"cost must be None, a device name or a DeviceSpec, got {cost!r}")
         previous = arena.owner
         if previous is not None:
+            if not isinstance(previous, Engine):
+                raise ValueError(f"this backend's arena already has an owner ({previous!r}); "
+                                 "detach it first or make one backend per runtime")
             if previous.live_storages:
                 # its storage ids would collide with ours, and its evictions would reach us
                 raise ValueError("this backend already serves another coop.Runtime that still has "
                                  "tensors; make one backend per runtime")
             previous.close()
+        # a device backend's executor gets it bound to the current device, held weakly
+        bound = backend.bound() if hasattr(backend, "bound") else backend
+        executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(bound)
+        try:
+            engine = Engine(arena, record.name, executor)
+        except BaseException:
+            if previous is not None:      # refused: the backend stays the previous runtime's
+                arena.attach(previous)
+            raise
         self.backend = backend
         self.arena = arena
         self.xp = backend.xp
-        # a device backend's executor gets it bound to the current device, held weakly
-        bound = backend.bound() if hasattr(backend, "bound") else backend
-        self._executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(bound)
-        self._engine = Engine(arena, record.name, self._executor)
+        self._executor = executor
+        self._engine = engine
+        # Threads share a runtime through this lock: every entry into the engine holds it (a
+        # kernel runs holding it). A Tensor dropped by another thread while it is held is
+        # queued (_pending) and released by the holder on its way out, so a __del__ never
+        # waits (a kernel's worker thread may drop one while the kernel waits on it).
+        self._lock = threading.RLock()
+        self._pending = collections.deque()
         self.policy = record.name
         self._partition = record.partition
         self.cost_model = cost
@@ -114,6 +132,23 @@ class Runtime:
     def __enter__(self):
         _current.append(self)
         return self
+
+    def _check_owner(self):
+        if self.arena.owner is not self._engine:
+            raise RuntimeError("this coop.Runtime was closed: its backend serves a newer "
+                               "coop.Runtime (one backend serves one runtime); use the newer "
+                               "one, or give each runtime its own backend")
+
+    def _release_pending(self):
+        """Release the Tensors other threads dropped while the lock was held (Tensor.__del__)."""
+        pending = self._pending
+        lock = self._lock
+        while pending and lock.acquire(blocking=False):
+            try:
+                while pending:
+                    self._engine.unref(pending.popleft())
+            finally:
+                lock.release()
 
     def __exit__(self, *exc):
         _current.remove(self)
@@ -145,11 +180,15 @@ class Runtime:
     def tensor(self, data, dtype=None, requires_grad=False):
         """A constant (never evicted) holding a copy of data, in the arena; with
         requires_grad, a leaf of the autograd graph (backward fills its ``.grad``)."""
-        view, nbytes = self._executor.constant(self, data, dtype)
-        sid = view.sid
-        if self.trace is not None:
-            self.trace.constant(sid, nbytes)
-        tensor = Tensor(view)
+        with self._lock:
+            self._check_owner()
+            view, nbytes = self._executor.constant(self, data, dtype)
+            sid = view.sid
+            if self.trace is not None:
+                self.trace.constant(sid, nbytes)
+            tensor = Tensor(view)
+        if self._pending:
+            self._release_pending()
         tensor.requires_grad = bool(requires_grad)
         return tensor
 
@@ -163,6 +202,13 @@ class Runtime:
         settle=False: only the resident ones change, where they are (nothing is recomputed or
         moved); an evicted one keeps its record. Autograd does this to the root of a backward
         pass, so holding on to the loss keeps no graph alive."""
+        with self._lock:
+            self._check_owner()
+            self._materialize(tensors, settle)
+        if self._pending:
+            self._release_pending()
+
+    def _materialize(self, tensors, settle):
         engine = self._engine
         for sid in dict.fromkeys(t._view.sid for t in tensors):
             info = engine.info(sid)
@@ -180,6 +226,16 @@ class Runtime:
 
         Returns a Tensor, or a tuple of Tensors when the kernel returns a tuple.
         """
+        try:
+            with self._lock:
+                return self._apply(kernel, inputs, attrs)
+        finally:
+            if self._pending:
+                self._release_pending()
+
+    def _apply(self, kernel, inputs, attrs):
+        if self.arena.owner is not self._engine:
+            self._check_owner()
         if type(kernel) is not Kernel:
             kernel = as_kernel(kernel)
         if self._timer is not None:
@@ -289,21 +345,32 @@ class Runtime:
     def stats(self):
         """The engine's counters and the arena's, one name each, with compute_overhead
         (docs/design.md's metrics)."""
-        return self._engine.stats()
+        with self._lock:
+            return self._engine.stats()
 
     def storages(self):
         """Ids of the storages whose records live (resident or not)."""
-        return self._engine.storages()
+        with self._lock:
+            return self._engine.storages()
 
     def evict(self, *tensors):
         """Evict the tensors' (or storage ids') storages now, where the policy could
         (recomputable, unpinned, not held by a user's array): for experiments and tests."""
-        for t in tensors:
-            self._engine.evict_now(t._view.sid if isinstance(t, Tensor) else t)
+        with self._lock:
+            self._check_owner()
+            for t in tensors:
+                self._engine.evict_now(t._view.sid if isinstance(t, Tensor) else t)
 
     def pinned(self):
         """{storage id: pins} of the storages pinned now (empty between ops)."""
-        return self._engine.pinned()
+        with self._lock:
+            return self._engine.pinned()
+
+    def __copy__(self):
+        return self      # a runtime is a resource: copies of what refers to it share it
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 class _Recording:

@@ -23,7 +23,8 @@ class StorageRef:
         self.sid = sid
 
     def _info(self):
-        return self.runtime._engine.info(self.sid) or {}
+        with self.runtime._lock:
+            return self.runtime._engine.info(self.sid) or {}
 
     @property
     def nbytes(self):
@@ -74,6 +75,7 @@ class Tensor(TensorMethods):
     __slots__ = ("_view", "requires_grad", "grad", "grad_fn", "__weakref__")
 
     def __init__(self, view):
+        # one C step that runs no Python code: atomic under the GIL, no lock needed
         view.runtime._engine.retain(view.sid)
         self._view = view
         self.requires_grad = False
@@ -81,9 +83,54 @@ class Tensor(TensorMethods):
         self.grad_fn = None
 
     def __del__(self):
-        view = self._view
-        if not _finalizing():
-            view.runtime._engine.unref(view.sid)
+        try:
+            view = self._view
+        except AttributeError:
+            return        # its construction failed: it never counted as a user
+        if _finalizing():
+            return
+        runtime = view.runtime
+        lock = runtime._lock
+        if lock.acquire(False):
+            try:
+                runtime._engine.unref(view.sid)
+            finally:
+                lock.release()
+        else:             # another thread is in the engine: it releases this on its way out
+            runtime._pending.append(view.sid)
+        if runtime._pending:
+            runtime._release_pending()
+
+    def __copy__(self):
+        """Another Tensor on the same storage (one more user of it)."""
+        new = Tensor.__new__(type(self))
+        Tensor.__init__(new, self._view)
+        new.requires_grad = self.requires_grad
+        new.grad = self.grad
+        new.grad_fn = self.grad_fn
+        return new
+
+    def __deepcopy__(self, memo):
+        """An independent Tensor: a new constant of the same runtime holding a copy of the
+        value (a leaf; its grad deep-copied). Like PyTorch, only leaves of the autograd graph
+        can be deep-copied."""
+        if self.grad_fn is not None:
+            raise RuntimeError("only leaf Tensors (made by runtime.tensor or as parameters, not "
+                               "by an op of the autograd graph) support copy.deepcopy; "
+                               "deep-copy t.detach() instead")
+        runtime = self._view.runtime
+        if runtime.xp is None:
+            leaf = runtime.tensor(self._view.spec)
+        else:
+            with self.borrow() as a:
+                leaf = runtime.tensor(a)
+        new = Tensor.__new__(type(self))
+        Tensor.__init__(new, leaf._view)
+        memo[id(self)] = new
+        new.requires_grad = self.requires_grad
+        new.grad = None if self.grad is None else self.grad.__deepcopy__(memo)
+        new.grad_fn = None
+        return new
 
     @property
     def shape(self):
@@ -119,13 +166,23 @@ class Tensor(TensorMethods):
         Keep no reference past the block: if one survives, the storage is never evicted.
         """
         view = self._view
-        engine = view.runtime._engine
-        engine.pin(view.sid)
+        runtime = view.runtime
+        engine = runtime._engine
+        with runtime._lock:
+            runtime._check_owner()
+            engine.pin(view.sid)
+            try:
+                engine.make_resident(view.sid)
+                array = runtime._executor.array(view)
+            except BaseException:
+                engine.unpin(view.sid)
+                raise
         try:
-            engine.make_resident(view.sid)
-            yield view.runtime._executor.array(view)
+            yield array
         finally:
-            engine.unpin(view.sid)
+            del array
+            with runtime._lock:
+                engine.unpin(view.sid)
 
     def numpy(self):
         """A host copy of the value (NumPy array), made outside the arena."""

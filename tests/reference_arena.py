@@ -237,7 +237,8 @@ class ReferenceArena:
         return st.evictable and st.pins == 0
 
     def _staleness(self, sid, now):
-        return max(now - self._storages[sid].last_access, 1.0)
+        s = now - self._storages[sid].last_access
+        return s if s > 1.0 else 1.0      # max(s, 1.0); NaN (inf - inf) counts as 1.0
 
     def _score(self, i, policy, now):
         piece = self._pieces[i]
@@ -430,7 +431,7 @@ class ReferenceArena:
         st.pins -= 1
 
     def touch(self, sid, now):
-        self._get(sid).last_access = float(now)
+        self._get(sid).last_access = _clock(now)
 
     def storage_info(self, sid):
         st = self._get(sid)
@@ -455,14 +456,14 @@ class ReferenceArena:
 
     def choose_victims(self, nbytes, policy, now):
         size = self._request(nbytes)
-        return self._victims(size, self._policy(policy), float(now))
+        return self._victims(size, self._policy(policy), _clock(now))
 
     def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE):
         size = self._request(nbytes)
         policy = self._policy(policy)
         sid = self._unbound(storage)
         placement = self._placement(placement)
-        return self._evict_loop(size, operator.index(nbytes), placement, policy, float(now), evict,
+        return self._evict_loop(size, operator.index(nbytes), placement, policy, _clock(now), evict,
                                 sid)
 
     def _evict_loop(self, size, nbytes, placement, policy, now, evict, sid):
@@ -562,3 +563,10 @@ class CallbackOwner:
         self.callback = callback
         self.policy = policy
         self.now = 0.0
+
+
+def _clock(now):
+    now = float(now)
+    if not math.isfinite(now):
+        raise ValueError(f"a clock (now, last access) must be a finite number, got {now!r}")
+    return now

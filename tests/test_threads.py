@@ -2,6 +2,7 @@
 backend's NumPy handler, or the CuPy pool on fake device addresses), frees of arrays made by
 another thread, and frees arriving from __del__ during an eviction that another thread started.
 Afterwards the arena is consistent and every byte is back."""
+import collections
 import queue
 import sys
 import threading
@@ -160,3 +161,95 @@ def test_many_threads_share_one_arena(kind, evicting, busy_switching):
     arena.check()
     assert arena.stats()["used_bytes"] == baseline
     assert [free for _, _, free, _ in arena.pieces()] == [True]
+
+
+# ---- one runtime, many threads (the runtime's lock) ----------------------------------------------
+
+ADDC = coop.Kernel(lambda a, c: a + c, name="add_scalar")
+MIX = coop.Kernel(lambda a, b: np.tanh(a) * 0.5 + b * 0.25, name="mix")
+SCALE_ = coop.Kernel(lambda a, c: np.multiply(a, c, out=a), name="scale_", inplace=0)
+
+
+def program(rt, w, dropped):
+    """A deterministic chain with in-place ops, releases and reads; every few steps a tensor
+    goes to the dropper thread, whose __del__ releases it while others run."""
+    x = rt.tensor(np.linspace(-1.0, 1.0, 96) + w)
+    live = [x, rt.apply(ADDC, x, c=0.5)]
+    for i in range(24):
+        a, b = live[-1], live[-2]
+        if i % 5 == 4:
+            y = rt.apply(SCALE_, rt.apply(ADDC, a, c=0.0), c=0.75)
+        else:
+            y = rt.apply(MIX, a, b)
+        live.append(y)
+        if len(live) > 5:
+            old = live.pop(1)
+            if i % 3 == 0:
+                dropped.put(old)
+            del old
+        if i % 4 == 0:
+            rt.evict(live[1])
+            live[1].numpy()               # recomputed
+    return [t.numpy() for t in live]
+
+
+@pytest.mark.parametrize("policy", ["coop", "dtr"])
+def test_threads_share_one_runtime(policy, busy_switching):
+    """Four threads run programs on one runtime that must evict and recompute: every result is
+    bit-identical to the program run alone, and nothing is left pinned or registered."""
+    expected = [program(coop.Runtime(coop.numpy_allocator("1MiB"), policy=policy, cost="cpu"),
+                        w, queue.Queue()) for w in range(THREADS)]
+    evictions = 0
+    for trial in range(6):
+        rt = coop.Runtime(coop.numpy_allocator("16KiB"), policy=policy, cost="cpu")
+        dropped, results, errors = queue.Queue(), [None] * THREADS, []
+
+        def run(w):
+            try:
+                results[w] = program(rt, w, dropped)
+            except BaseException as exc:       # noqa: B902 - reported below
+                errors.append(repr(exc))
+
+        def drop():
+            while dropped.get() is not None:
+                pass
+
+        threads = [threading.Thread(target=run, args=(w,)) for w in range(THREADS)]
+        dropper = threading.Thread(target=drop)
+        for thread in threads + [dropper]:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        dropped.put(None)
+        dropper.join(timeout=120)
+        assert errors == []
+        for got, want in zip(results, expected):
+            assert all(np.array_equal(g, v) for g, v in zip(got, want))
+        assert rt.stats()["recomputes"] > 0
+        evictions += rt.stats()["evictions"]
+        rt.arena.check()
+        assert rt.pinned() == {} and rt._pending == collections.deque()
+        assert rt.storages() == []              # the programs' tensors are all gone
+        assert rt.arena.stats()["used_bytes"] == 0
+    assert evictions > 0                        # the budget was too small for them all
+
+
+def test_a_tensor_dropped_by_a_kernels_worker_thread_is_released_without_waiting():
+    """A kernel waits on a worker thread that drops the last Tensor on a storage while the
+    kernel's thread holds the runtime: the release is queued (no deadlock) and done when the
+    op ends."""
+    rt = coop.Runtime(coop.numpy_allocator("64KiB"), cost="cpu")
+    held = [rt.apply(ADDC, rt.tensor(np.ones(8)), c=1.0)]
+    sid = held[0].storage.sid
+
+    def drop_in_a_worker(a):
+        worker = threading.Thread(target=held.clear)
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+        return a * 2.0
+
+    out = rt.apply(coop.Kernel(drop_in_a_worker, name="drop_in_a_worker"), rt.tensor(np.ones(4)))
+    assert np.array_equal(out.numpy(), np.full(4, 2.0))
+    assert sid not in rt.storages() and not rt._pending
+    rt.arena.check()

@@ -1,0 +1,149 @@
+"""Random programs against the runtime (hypothesis): constants, kernels, in-place kernels, kernels
+that fail or are interrupted (KeyboardInterrupt raised inside the kernel, before or after
+writing their input), reads, evictions and releases, run once with room for everything and
+again under a random budget and policy.
+
+Properties: every error is clean (the kernel's own, or coop's OutOfMemoryError) and leaves the
+engine and the arena consistent (check(), nothing pinned); every value read is bit-identical
+to the unlimited run's; at the end, dropping the program's tensors leaves no storage and no
+used byte.
+
+CI runs a fixed set of examples (derandomized); run longer by hand with, e.g.
+    COOP_FUZZ_EXAMPLES=5000 python -m pytest -q -p no:cacheprovider tests/test_fuzz_runtime.py
+(a random seed each run; hypothesis prints a failing program shrunk).
+"""
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import coop
+
+EXAMPLES = int(os.environ.get("COOP_FUZZ_EXAMPLES", "0"))
+SETTINGS = settings(max_examples=EXAMPLES or 2000, derandomize=not EXAMPLES, deadline=None,
+                    database=None, suppress_health_check=list(HealthCheck))
+
+POLICIES = ["coop", "dtr", "dte", "lru", "size", "none", "coop-no-partition", "coop-no-inplace",
+            "coop-loop"]
+LENGTHS = (16, 48, 128)               # float64 elements: 128 B to 1 KiB
+UNLIMITED = 16 << 20
+
+
+class Boom(Exception):
+    """A kernel's own error."""
+
+
+def _fail(a, when):
+    if when == "interrupt":
+        raise KeyboardInterrupt
+    raise Boom(when)
+
+
+def _write_then_fail(a, when):
+    a *= 3.0
+    a += 1.0
+    _fail(a, when)
+
+
+KERNELS = {
+    "add": coop.Kernel(lambda a, b: a + b, name="add"),
+    "mix": coop.Kernel(lambda a, b: np.tanh(a) * 0.5 + b * 0.25, name="mix"),
+    "scale": coop.Kernel(lambda a: a * 1.5 - 0.25, name="scale"),
+    "matmul": coop.Kernel(lambda a: a[::-1] * 2.0, name="matmul"),   # placed as EXPENSIVE
+    "split": coop.Kernel(lambda a: (a + 1.0, a * a), name="split"),
+    "flip": coop.Kernel(lambda a: a[::-1], name="flip"),                         # a view
+    "tanh_": coop.Kernel(lambda a: np.tanh(a, out=a), name="tanh_", inplace=0),
+    "fail": coop.Kernel(_fail, name="fail"),
+    "fail_": coop.Kernel(_write_then_fail, name="fail_", inplace=0),
+}
+STEPS = ["constant", "add", "mix", "scale", "matmul", "split", "flip", "tanh_", "fail",
+         "fail_", "read", "read", "evict", "drop", "add", "mix", "scale", "tanh_"]
+
+programs = st.lists(st.tuples(st.sampled_from(STEPS), st.integers(0, 1 << 16),
+                              st.integers(0, 1 << 16), st.booleans()),
+                    min_size=10, max_size=60)
+
+
+def run(program, budget, policy):
+    """Run program; returns (what each step read or raised, stopped early by OOM)."""
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost="cpu")
+    live, log, oom = [], [], False
+    for step, (kind, i, j, interrupt) in enumerate(program):
+        try:
+            log.append(_step(rt, live, kind, i, j, interrupt, step))
+        except (Boom, KeyboardInterrupt) as exc:
+            exc.__traceback__ = None           # its frames hold the kernel's arrays
+            log.append(type(exc).__name__)
+        except coop.OutOfMemoryError as exc:
+            exc.__traceback__ = None
+            oom = True
+        rt.arena.check()
+        assert rt.pinned() == {}
+        if oom:
+            break
+    if not oom:
+        try:
+            log.append([t.numpy() for t in live])   # every value at the end
+        except coop.OutOfMemoryError as exc:
+            exc.__traceback__ = None
+            oom = True
+        rt.arena.check()
+        assert rt.pinned() == {}
+    if budget != UNLIMITED:
+        stats = rt.stats()
+        event("stopped by OOM" if oom else "ran to the end")
+        event("evicted" if stats["evictions"] else "no eviction")
+        event("recomputed" if stats["recomputes"] else "no recompute")
+        event("a kernel failed" if any(isinstance(x, str) for x in log) else "no failure")
+    del live
+    assert rt.storages() == [] and rt.arena.stats()["used_bytes"] == 0
+    rt.arena.check()
+    return log, oom
+
+
+def _step(rt, live, kind, i, j, interrupt, step):
+    if kind == "constant" or not live:
+        n = LENGTHS[i % len(LENGTHS)]
+        live.append(rt.tensor(np.linspace(-1.0, 1.0, n) * (step + 1)))
+        return None
+    a = live[i % len(live)]
+    if kind in ("add", "mix"):
+        same = [t for t in live if t.shape == a.shape]
+        out = rt.apply(KERNELS[kind], a, same[j % len(same)])
+    elif kind in ("fail", "fail_"):
+        out = rt.apply(KERNELS[kind], a, when="interrupt" if interrupt else "error")
+    elif kind == "read":
+        return a.numpy()
+    elif kind == "evict":
+        rt.evict(a)
+        return None
+    elif kind == "drop":
+        live.remove(a)
+        return None
+    else:
+        out = rt.apply(KERNELS[kind], a)
+    live.extend(out if isinstance(out, tuple) else (out,))
+    return None
+
+
+def _same(first, second):
+    if isinstance(first, list):
+        return len(first) == len(second) and all(_same(a, b) for a, b in zip(first, second))
+    if isinstance(first, np.ndarray):
+        return isinstance(second, np.ndarray) and first.dtype == second.dtype \
+            and np.array_equal(first, second, equal_nan=True)
+    return first == second
+
+
+@SETTINGS
+@given(program=programs, budget_kib=st.integers(2, 8), policy=st.sampled_from(POLICIES))
+def test_a_random_program_under_a_budget_reads_what_it_reads_with_room(program, budget_kib,
+                                                                       policy):
+    expected, oom = run(program, UNLIMITED, "coop")
+    assert not oom
+    got, oom = run(program, budget_kib * 1024, policy)
+    # an out-of-memory stop ends the program there: what ran before matches
+    assert len(got) <= len(expected) and (oom or len(got) == len(expected))
+    for step, (want, have) in enumerate(zip(expected, got)):
+        assert _same(want, have), f"step {step}: {program[step] if step < len(program) else 'end'}"
