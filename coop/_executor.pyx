@@ -21,6 +21,7 @@ from coop._core import LOWEST
 from coop._replay import SizeExecutor
 from coop.arrays import build_view, memory_of
 from coop.kernel import is_spec, spec_nbytes, specs_of
+from coop.random import Stream
 
 cnp.import_array()
 
@@ -192,7 +193,7 @@ cdef class ArrayExecutor(Executor):
         if kernel.wants_xp:
             attrs = dict(attrs, xp=xp)
         if rec.seed is not None:
-            attrs = dict(attrs, rng=xp.random.default_rng(rec.seed))
+            attrs = dict(attrs, rng=Stream(rec.seed, xp))   # counter-based: no state
         i = kernel.inplace
         with self._placing(placement):
             if old is not None:
