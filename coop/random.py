@@ -16,68 +16,103 @@ fused multiply-add can change a bit):
 - float64: ``((w0 >> 5) * 2**26 + (w1 >> 6)) * 2**-53`` from two consecutive words w0, w1:
   53 bits, in [0, 1) (NumPy's and MT19937's res53 mapping).
 """
-import sys
-
 import numpy
 
 #: Philox-4x32's multipliers and Weyl key increments (Random123's philox.h)
 M0, M1 = 0xD2511F53, 0xCD9E8D57
 W0, W1 = 0x9E3779B9, 0xBB67AE85
-ROUNDS = 10    # even: the in-place rounds leave each lane in its own column
+ROUNDS = 10
 _MASK32 = 0xFFFFFFFF
-#: where a uint64's low and high 32-bit halves sit when viewed as two uint32
-_LO, _HI = (0, 1) if sys.byteorder == "little" else (1, 0)
+_32 = numpy.uint64(32)
+_U64, _U32 = numpy.dtype("<u8"), numpy.dtype("<u4")    # native on little-endian hosts
 _WORDS_PER_BLOCK = 4
+#: blocks per chunk of the NumPy path (its scratch: 24 bytes a block, 96 KiB at most)
+CHUNK = 4096
 _WORDS = {numpy.dtype(numpy.uint32): 1, numpy.dtype(numpy.float32): 1,
           numpy.dtype(numpy.float64): 2}
 
 
-def philox4x32_10(state, k0, k1):
-    """Philox-4x32-10 of each row of state (an (n, 4) uint32 array: counters c0..c3) under the
-    key (k0, k1) (ints below 2**32), in place, with two uint64 scratch arrays: returns state."""
-    u32, u64 = numpy.uint32, numpy.uint64
-    p0, p1 = numpy.empty(len(state), u64), numpy.empty(len(state), u64)
-    h0, h1 = p0[:, None].view(u32), p1[:, None].view(u32)    # (n, 2): the products' halves
-    c = [state[:, lane] for lane in range(4)]
+def philox4x32_10(counters, k0, k1):
+    """Philox-4x32-10 of each row of counters (an (n, 4) array of uint32 values c0..c3) under
+    the key (k0, k1) (ints below 2**32): an (n, 4) uint32 array (NumPy)."""
+    c = numpy.asarray(counters, dtype=numpy.uint64).reshape(-1, 4)
+    pairs, out = numpy.empty((2, len(c)), dtype=_U64), numpy.empty((len(c), 2), dtype=_U64)
+    for k in range(2):                           # c1 | c0 << 32 and c3 | c2 << 32
+        numpy.left_shift(c[:, 2 * k], _32, out=pairs[k])
+        pairs[k] |= c[:, 2 * k + 1]
+    _blocks(pairs, out, k0, k1)
+    return out.view(_U32).astype(numpy.uint32, copy=False)
+
+
+def draw(seed, block, n, dtype):
+    """n values of dtype (uint32, float32 or float64) from seed's stream, from block `block`
+    on, by the module's mappings (NumPy). Computed CHUNK blocks at a time, using the output's
+    own memory as scratch, so the temporaries (in the arena, on coop's host backend) stay
+    small: 24 bytes a block of a chunk."""
+    dtype = numpy.dtype(dtype)
+    nblocks = -(-n * _WORDS[dtype] // _WORDS_PER_BLOCK)
+    out = numpy.empty((nblocks, 2), dtype=_U64)  # a block's 4 words: 2 little-endian uint64
+    pairs = numpy.empty((2, min(CHUNK, nblocks)), dtype=_U64)
+    for start in range(0, nblocks, CHUNK):
+        chunk = out[start:start + CHUNK]
+        p = pairs[:, :len(chunk)]
+        b = numpy.arange(block + start, block + start + len(chunk), dtype=numpy.uint64)
+        numpy.left_shift(b, _32, out=p[0])       # c1 | c0 << 32: c0 = b mod 2**32, c1 = b >> 32
+        b >>= _32
+        p[0] |= b
+        del b
+        p[1] = 0                                 # c3 | c2 << 32: c2 = c3 = 0
+        _blocks(p, chunk, seed & _MASK32, seed >> 32)
+        _uniform(chunk, dtype, pairs.reshape(-1)[:chunk.size].reshape(chunk.shape))
+    return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(-1)[:n]
+
+
+def _blocks(pairs, out, k0, k1):
+    """The ten rounds on pairs ((2, m) uint64 rows p = c1 | c0 << 32, r = c3 | c2 << 32: one
+    64-bit product M * c holds a round's hi and lo words where they go), consumed; the
+    words c0..c3 land in out ((m, 2) little-endian uint64, its memory the rounds' scratch)."""
+    p, r = pairs
+    t_p, t_r = out.reshape(2, -1)
     k0, k1 = int(k0), int(k1)
     for _ in range(ROUNDS):
-        numpy.multiply(c[0], u64(M0), out=p0)
-        numpy.multiply(c[2], u64(M1), out=p1)
-        numpy.bitwise_xor(c[1], h1[:, _HI], out=c[1])        # c1 ^ hi(M1 c2) ^ k0: the new c0
-        c[1] ^= u32(k0)
-        numpy.bitwise_xor(c[3], h0[:, _HI], out=c[3])        # c3 ^ hi(M0 c0) ^ k1: the new c2
-        c[3] ^= u32(k1)
-        numpy.copyto(c[0], h1[:, _LO])                       # lo(M1 c2): the new c1
-        numpy.copyto(c[2], h0[:, _LO])                       # lo(M0 c0): the new c3
-        c = [c[1], c[0], c[3], c[2]]     # lanes trade columns; after an even count, back home
+        # c0' = hi(M1 c2) ^ c1 ^ k0, c1' = lo(M1 c2): as c1' | c0' << 32, M1 c2 ^ (c1 ^ k0) << 32
+        numpy.right_shift(r, _32, out=t_p)
+        t_p *= numpy.uint64(M1)
+        t_p ^= numpy.uint64(k0 << 32)
+        numpy.right_shift(p, _32, out=t_r)       # likewise c2', c3' from M0 c0, c3 and k1
+        t_r *= numpy.uint64(M0)
+        t_r ^= numpy.uint64(k1 << 32)
+        p <<= _32
+        p ^= t_p
+        r <<= _32
+        r ^= t_r
         k0, k1 = (k0 + W0) & _MASK32, (k1 + W1) & _MASK32
-    return state
+    for k, row in enumerate((p, r)):             # swap the halves: c0 | c1 << 32, c2 | c3 << 32
+        numpy.right_shift(row, _32, out=out[:, k])
+        row <<= _32
+        out[:, k] |= row
 
 
-def words(seed, block, nblocks):
-    """The stream's words from block `block` on, nblocks * 4 of them, as a uint32 array (NumPy)."""
-    state = numpy.zeros((nblocks, _WORDS_PER_BLOCK), dtype=numpy.uint32)
-    b = numpy.arange(block, block + nblocks, dtype=numpy.uint64)
-    state[:, 0] = b & numpy.uint64(_MASK32)
-    state[:, 1] = b >> numpy.uint64(32)
-    del b
-    return philox4x32_10(state, seed & _MASK32, seed >> 32).reshape(-1)
-
-
-def _uniform(w, dtype):
-    """Words as the documented uniforms of dtype (NumPy)."""
-    if dtype == numpy.uint32:
-        return w
+def _uniform(chunk, dtype, scratch):
+    """A chunk's words ((m, 2) little-endian uint64) as the documented values of dtype, in
+    place (a same-size integer-to-float copy is exact and needs no temporary); scratch: an
+    array like chunk."""
     if dtype == numpy.float32:
+        w = chunk.view(_U32)
         w >>= numpy.uint32(8)
-        out = w.astype(numpy.float32)
-        out *= numpy.float32(2.0 ** -24)
-        return out
-    out = (w[0::2] >> numpy.uint32(5)).astype(numpy.float64)
-    out *= 2.0 ** 26
-    out += w[1::2] >> numpy.uint32(6)
-    out *= 2.0 ** -53
-    return out
+        f = chunk.view("<f4")
+        numpy.copyto(f, w, casting="unsafe")
+        f *= numpy.float32(2.0 ** -24)
+    elif dtype == numpy.float64:
+        # one uint64 holds consecutive words w0 | w1 << 32: (w0 >> 5) * 2**26 + (w1 >> 6)
+        numpy.right_shift(chunk, numpy.uint64(38), out=scratch)
+        chunk &= numpy.uint64(_MASK32)
+        chunk >>= numpy.uint64(5)
+        chunk <<= numpy.uint64(26)
+        chunk |= scratch
+        f = chunk.view("<f8")
+        numpy.copyto(f, chunk, casting="unsafe")
+        f *= 2.0 ** -53
 
 
 class Stream:
@@ -119,7 +154,7 @@ class Stream:
         nblocks = -(-n * _WORDS[dtype] // _WORDS_PER_BLOCK)
         block, self.block = self.block, self.block + nblocks
         if self.xp is numpy:
-            return _uniform(words(self.seed, block, nblocks)[:n * _WORDS[dtype]], dtype).reshape(shape)
+            return draw(self.seed, block, n, dtype).reshape(shape)
         out = self.xp.empty(shape, dtype=dtype)
         if n:
             cupy_kernel()(block, self.seed & _MASK32, self.seed >> 32, out)
