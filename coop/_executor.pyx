@@ -21,7 +21,6 @@ from coop._core import LOWEST
 from coop._replay import SizeExecutor
 from coop.arrays import build_view, memory_of
 from coop.kernel import is_spec, spec_nbytes, specs_of
-from coop.random import Stream
 
 cnp.import_array()
 
@@ -96,6 +95,12 @@ cdef View _view(runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset
     cdef View v = View.__new__(View)
     _fill(v, runtime, sid, shape, dtype, strides, offset, natural)
     return v
+
+
+def _stream(seed, xp):
+    """A random kernel's rng: the op's counter-based Philox stream (no generator state)."""
+    from coop.random import Stream    # on the first random kernel: `import coop` stays small
+    return Stream(seed, xp)
 
 
 cdef class OpRecord:
@@ -193,7 +198,7 @@ cdef class ArrayExecutor(Executor):
         if kernel.wants_xp:
             attrs = dict(attrs, xp=xp)
         if rec.seed is not None:
-            attrs = dict(attrs, rng=Stream(rec.seed, xp))   # counter-based: no state
+            attrs = dict(attrs, rng=_stream(rec.seed, xp))
         i = kernel.inplace
         with self._placing(placement):
             if old is not None:

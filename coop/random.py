@@ -14,7 +14,7 @@ fused multiply-add can change a bit):
 
 - float32: ``(w >> 8) * 2**-24``: 24 bits, in [0, 1).
 - float64: ``((w0 >> 5) * 2**26 + (w1 >> 6)) * 2**-53`` from two consecutive words w0, w1:
-  53 bits, in [0, 1) (NumPy's and MT19937's res53 mapping).
+  53 bits, in [0, 1) (MT19937's genrand_res53, as NumPy's RandomState maps doubles).
 """
 import numpy
 

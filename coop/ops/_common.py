@@ -131,10 +131,11 @@ def index_add(xp, indices, values, num):
         numpy.add.at(out, indices, values)
         return out
     order, bounds = index_groups(xp, indices, num)
-    rows = xp.ascontiguousarray(values).reshape(order.size, -1)
+    width = numel(out_shape[1:])
+    rows = xp.ascontiguousarray(values).reshape(order.size, width)
     out = xp.empty(out_shape, dtype=values.dtype)
     if out.size:
-        _index_add_kernel()(rows, order, bounds, rows.shape[1], out)
+        _index_add_kernel()(rows, order, bounds, width, out)
     return out
 
 
@@ -144,9 +145,10 @@ def index_groups(xp, indices, num):
     order[bounds[v]:bounds[v + 1]], in position order."""
     flat = indices.reshape(-1).astype(numpy.int64)
     flat = xp.where(flat < 0, flat + num, flat)
-    order = xp.argsort(flat, kind="stable")
+    # CuPy's argsort is always stable (thrust); NumPy's must be asked to be
+    order = xp.argsort(flat, kind="stable") if xp is numpy else xp.argsort(flat)
     bounds = xp.searchsorted(flat[order], xp.arange(num + 1, dtype=numpy.int64), side="left")
-    return order, bounds
+    return order.astype(numpy.int64, copy=False), bounds.astype(numpy.int64, copy=False)
 
 
 #: one thread per output element adds its index group's rows in position order
