@@ -26,8 +26,10 @@ _MASK32 = 0xFFFFFFFF
 _32 = numpy.uint64(32)
 _U64, _U32 = numpy.dtype("<u8"), numpy.dtype("<u4")    # native on little-endian hosts
 _WORDS_PER_BLOCK = 4
-#: blocks per chunk of the NumPy path (its scratch: 24 bytes a block, 96 KiB at most)
-CHUNK = 4096
+#: blocks per chunk of the NumPy path (its scratch: 24 bytes a block of a chunk): at most
+#: CHUNK, at least MIN_CHUNK, else 1 / SCRATCH_SHARE of the draw, so the scratch is at most
+#: 3/16 of the draw's bytes: a dropout mask under a tight budget needs what a Generator did
+CHUNK, MIN_CHUNK, SCRATCH_SHARE = 4096, 64, 8
 _WORDS = {numpy.dtype(numpy.uint32): 1, numpy.dtype(numpy.float32): 1,
           numpy.dtype(numpy.float64): 2}
 
@@ -46,15 +48,16 @@ def philox4x32_10(counters, k0, k1):
 
 def draw(seed, block, n, dtype):
     """n values of dtype (uint32, float32 or float64) from seed's stream, from block `block`
-    on, by the module's mappings (NumPy). Computed CHUNK blocks at a time, using the output's
-    own memory as scratch, so the temporaries (in the arena, on coop's host backend) stay
-    small: 24 bytes a block of a chunk."""
+    on, by the module's mappings (NumPy). Computed a chunk of blocks at a time, using the
+    output's own memory as scratch, so the temporaries (in the arena, on coop's host backend)
+    stay small next to the output."""
     dtype = numpy.dtype(dtype)
     nblocks = -(-n * _WORDS[dtype] // _WORDS_PER_BLOCK)
     out = numpy.empty((nblocks, 2), dtype=_U64)  # a block's 4 words: 2 little-endian uint64
-    pairs = numpy.empty((2, min(CHUNK, nblocks)), dtype=_U64)
-    for start in range(0, nblocks, CHUNK):
-        chunk = out[start:start + CHUNK]
+    size = min(CHUNK, max(MIN_CHUNK, -(-nblocks // SCRATCH_SHARE)))
+    pairs = numpy.empty((2, min(size, nblocks)), dtype=_U64)
+    for start in range(0, nblocks, size):
+        chunk = out[start:start + size]
         p = pairs[:, :len(chunk)]
         b = numpy.arange(block + start, block + start + len(chunk), dtype=numpy.uint64)
         numpy.left_shift(b, _32, out=p[0])       # c1 | c0 << 32: c0 = b mod 2**32, c1 = b >> 32

@@ -54,7 +54,7 @@ def test_vectorised_philox_matches_the_scalar_reference_on_random_counters_and_k
 
 @pytest.mark.parametrize("seed, block", [(0, 0), (2 ** 64 - 1, 2 ** 32 - 3), (12345, 7)])
 def test_stream_words_are_the_documented_function_of_seed_and_index(seed, block):
-    nblocks = CHUNK + 5                     # crosses a chunk boundary (and 2**32 for one case)
+    nblocks = CHUNK + 5                     # crosses chunk boundaries (and 2**32 for one case)
     got = draw(seed, block, 4 * nblocks, np.uint32)
     assert got.dtype == np.uint32 and got.shape == (4 * nblocks,)
     for i in [0, 1, 2, 3, 4, 4 * CHUNK - 1, 4 * CHUNK, 4 * nblocks - 1, 4 * 3 + 2, 4 * 8 + 1]:
