@@ -24,6 +24,7 @@ W0, W1 = 0x9E3779B9, 0xBB67AE85
 ROUNDS = 10
 _MASK32 = 0xFFFFFFFF
 _32 = numpy.uint64(32)
+_M0, _M1 = numpy.uint64(M0), numpy.uint64(M1)
 _U64, _U32 = numpy.dtype("<u8"), numpy.dtype("<u4")    # native on little-endian hosts
 _WORDS_PER_BLOCK = 4
 #: blocks per chunk of the NumPy path (its scratch: 24 bytes a block of a chunk): at most
@@ -42,7 +43,7 @@ def philox4x32_10(counters, k0, k1):
     for k in range(2):                           # c1 | c0 << 32 and c3 | c2 << 32
         numpy.left_shift(c[:, 2 * k], _32, out=pairs[k])
         pairs[k] |= c[:, 2 * k + 1]
-    _blocks(pairs, out, k0, k1)
+    _blocks(pairs, out, _key_schedule(int(k0), int(k1)))
     return out.view(_U32).astype(numpy.uint32, copy=False)
 
 
@@ -56,6 +57,7 @@ def draw(seed, block, n, dtype):
     out = numpy.empty((nblocks, 2), dtype=_U64)  # a block's 4 words: 2 little-endian uint64
     size = min(CHUNK, max(MIN_CHUNK, -(-nblocks // SCRATCH_SHARE)))
     pairs = numpy.empty((2, min(size, nblocks)), dtype=_U64)
+    keys = _key_schedule(seed & _MASK32, seed >> 32)
     for start in range(0, nblocks, size):
         chunk = out[start:start + size]
         p = pairs[:, :len(chunk)]
@@ -65,35 +67,41 @@ def draw(seed, block, n, dtype):
         p[0] |= b
         del b
         p[1] = 0                                 # c3 | c2 << 32: c2 = c3 = 0
-        _blocks(p, chunk, seed & _MASK32, seed >> 32)
+        _blocks(p, chunk, keys)
         _uniform(chunk, dtype, pairs.reshape(-1)[:chunk.size].reshape(chunk.shape))
     return out.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(-1)[:n]
 
 
-def _blocks(pairs, out, k0, k1):
+def _blocks(pairs, out, keys):
     """The ten rounds on pairs ((2, m) uint64 rows p = c1 | c0 << 32, r = c3 | c2 << 32: one
-    64-bit product M * c holds a round's hi and lo words where they go), consumed; the
-    words c0..c3 land in out ((m, 2) little-endian uint64, its memory the rounds' scratch)."""
-    p, r = pairs
-    t_p, t_r = out.reshape(2, -1)
-    k0, k1 = int(k0), int(k1)
+    64-bit product M * c holds a round's hi and lo words where they go) under keys (from
+    _key_schedule), consumed; the words c0..c3 land in out ((m, 2) little-endian uint64, its
+    memory the rounds' scratch)."""
+    t = out.reshape(2, -1)
+    t_p, t_r = t
+    for k0, k1 in keys:
+        # c0' = hi(M1 c2) ^ c1 ^ k0, c1' = lo(M1 c2): as c1' | c0' << 32, M1 c2 ^ (c1 ^ k0) << 32;
+        # likewise c2', c3' from M0 c0, c3 and k1 (rows shifted, then combined, together)
+        numpy.right_shift(pairs[::-1], _32, out=t)
+        t_p *= _M1
+        t_r *= _M0
+        t_p ^= k0
+        t_r ^= k1
+        pairs <<= _32
+        pairs ^= t
+    for k in range(2):                           # swap the halves: c0 | c1 << 32, c2 | c3 << 32
+        numpy.right_shift(pairs[k], _32, out=out[:, k])
+        pairs[k] <<= _32
+        out[:, k] |= pairs[k]
+
+
+def _key_schedule(k0, k1):
+    """Each round's key words, as uint64 scalars k << 32."""
+    keys = []
     for _ in range(ROUNDS):
-        # c0' = hi(M1 c2) ^ c1 ^ k0, c1' = lo(M1 c2): as c1' | c0' << 32, M1 c2 ^ (c1 ^ k0) << 32
-        numpy.right_shift(r, _32, out=t_p)
-        t_p *= numpy.uint64(M1)
-        t_p ^= numpy.uint64(k0 << 32)
-        numpy.right_shift(p, _32, out=t_r)       # likewise c2', c3' from M0 c0, c3 and k1
-        t_r *= numpy.uint64(M0)
-        t_r ^= numpy.uint64(k1 << 32)
-        p <<= _32
-        p ^= t_p
-        r <<= _32
-        r ^= t_r
+        keys.append((numpy.uint64(k0 << 32), numpy.uint64(k1 << 32)))
         k0, k1 = (k0 + W0) & _MASK32, (k1 + W1) & _MASK32
-    for k, row in enumerate((p, r)):             # swap the halves: c0 | c1 << 32, c2 | c3 << 32
-        numpy.right_shift(row, _32, out=out[:, k])
-        row <<= _32
-        out[:, k] |= row
+    return keys
 
 
 def _uniform(chunk, dtype, scratch):
