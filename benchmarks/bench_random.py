@@ -23,12 +23,22 @@ SIZES = (1 << 14, 1 << 17, 1 << 20, 1 << 22)
 P = 0.1
 
 
+GENERATORS = {
+    "old": lambda xp, seed: xp.random.default_rng(seed),
+    "new": lambda xp, seed: Stream(seed, xp),
+}
+
+
+def mask(rng, n):
+    return rng.random(n, dtype=numpy.float32) >= numpy.float32(P)
+
+
 def old_mask(xp, seed, n):
-    return xp.random.default_rng(seed).random(n, dtype=numpy.float32) >= P
+    return mask(GENERATORS["old"](xp, seed), n)
 
 
 def new_mask(xp, seed, n):
-    return Stream(seed, xp).random(n, dtype=numpy.float32) >= numpy.float32(P)
+    return mask(GENERATORS["new"](xp, seed), n)
 
 
 def timed(xp, fn, seed, n):
@@ -41,14 +51,15 @@ def timed(xp, fn, seed, n):
     return time.perf_counter() - start
 
 
-def device_bytes(xp, fn, n):
-    """CuPy: the pool's used bytes while fn's result is alive, less the mask itself."""
+def device_bytes(xp, kind, n):
+    """CuPy: the pool's used bytes while a generator of `kind` and its mask are alive, less
+    the mask itself (the Generator's curand states; nothing for the Philox stream)."""
     pool = xp.get_default_memory_pool()
     pool.free_all_blocks()
     before = pool.used_bytes()
-    mask = fn(xp, 1, n)
-    # the Generator keeps its states cached in CuPy's random module: counted as it holds them
-    return pool.used_bytes() - before - mask.nbytes
+    rng = GENERATORS[kind](xp, 1)
+    result = mask(rng, n)
+    return pool.used_bytes() - before - result.nbytes
 
 
 def main(argv=None):
@@ -67,7 +78,7 @@ def main(argv=None):
             runs["old"].append(timed(xp, old_mask, seed, n))
             runs["new"].append(timed(xp, new_mask, seed, n))
         old, new = (statistics.median(runs[k]) for k in ("old", "new"))
-        extra = (device_bytes(xp, old_mask, n), device_bytes(xp, new_mask, n)) \
+        extra = (device_bytes(xp, "old", n), device_bytes(xp, "new", n)) \
             if xp is not numpy else None
         rows.append((n, old, new, extra))
     print(f"| elements | default_rng per run (ms) | Philox stream (ms) | Philox / default_rng |"
