@@ -95,8 +95,9 @@ def main(argv=None):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(6, 4))
-        ax.loglog([r[0] for r in rows], [r[1] * 1e3 for r in rows], "o-", label="default_rng per run")
-        ax.loglog([r[0] for r in rows], [r[2] * 1e3 for r in rows], "s-", label="Philox stream")
+        sizes = [r[0] for r in rows]
+        ax.loglog(sizes, [r[1] * 1e3 for r in rows], "o-", label="default_rng per run")
+        ax.loglog(sizes, [r[2] * 1e3 for r in rows], "s-", label="Philox stream")
         ax.set_xlabel("mask elements")
         ax.set_ylabel(f"ms (median of {args.repeat})")
         ax.set_title(f"dropout mask on {args.xp}")

@@ -138,7 +138,8 @@ class Stream:
     def __init__(self, seed, xp=numpy):
         seed = int(seed)
         if not 0 <= seed < 2 ** 64:
-            raise ValueError(f"a Philox stream's seed is a 64-bit key: 0 <= seed < 2**64, got {seed}")
+            raise ValueError(f"a Philox stream's seed is a 64-bit key: 0 <= seed < 2**64, "
+                             f"got {seed}")
         self.seed = seed
         self.xp = xp
         self.block = 0    # the block the next draw starts at
@@ -197,10 +198,10 @@ template <> __device__ double coop_uniform<double>(const unsigned int* w, int la
            * 1.1102230246251565e-16;
 }
 """
-#: the kernel's body: element i of a draw starting at block `block` (T: the output's type)
+#: the kernel's body: element i of a draw starting at block `first_block` (T: the output's type)
 CUDA_BODY = r"""
 const int per_block = sizeof(T) == 8 ? 2 : 4;
-const unsigned long long b = block + (unsigned long long)(i / per_block);
+const unsigned long long b = first_block + (unsigned long long)(i / per_block);
 unsigned int w[4] = {(unsigned int)b, (unsigned int)(b >> 32), 0u, 0u};
 coop_philox4x32_10(w, k0, k1);
 out = coop_uniform<T>(w, (int)(i % per_block));
@@ -209,10 +210,10 @@ _kernel = None
 
 
 def cupy_kernel():
-    """The CuPy elementwise kernel (block, k0, k1, out), built on first use."""
+    """The CuPy elementwise kernel (first_block, k0, k1, out), built on first use."""
     global _kernel
     if _kernel is None:
         import cupy
-        _kernel = cupy.ElementwiseKernel("uint64 block, uint32 k0, uint32 k1", "T out", CUDA_BODY,
-                                         "coop_philox_draw", preamble=CUDA_PREAMBLE)
+        _kernel = cupy.ElementwiseKernel("uint64 first_block, uint32 k0, uint32 k1", "T out",
+                                         CUDA_BODY, "coop_philox_draw", preamble=CUDA_PREAMBLE)
     return _kernel

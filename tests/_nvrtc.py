@@ -7,14 +7,15 @@ def nvrtc_or_skip():
     try:
         from cupy.cuda import nvrtc
         nvrtc.getVersion()
-    except Exception as err:       # CuPy absent, or no libnvrtc (pip install nvidia-cuda-nvrtc-cu12)
+    except Exception as err:   # CuPy absent, or no libnvrtc (pip install nvidia-cuda-nvrtc-cu12)
         pytest.skip(f"NVRTC is not available: {type(err).__name__}")
     return nvrtc
 
 
 def compile_elementwise(preamble, body, params, ctype):
-    """PTX (text) of an elementwise body wrapped as CuPy's ElementwiseKernel wraps it: one thread per
-    output element i, `out` a reference to it, T the output's C type. Raises on an error."""
+    """PTX (text) of an elementwise body wrapped as CuPy's ElementwiseKernel wraps it: one
+    thread per output element i, `out` a reference to it, T the output's C type. Raises on an
+    error, with NVRTC's log and the source."""
     nvrtc = nvrtc_or_skip()
     source = (f"typedef {ctype} T;\n{preamble}\nextern \"C\" __global__ void k({params}, T* outs, "
               f"long long n) {{\n  const long long i = (long long)blockIdx.x * blockDim.x + "

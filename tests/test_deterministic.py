@@ -47,7 +47,8 @@ def test_grouping_adds_in_add_ats_order_bit_for_bit(case):
     indices, trailing, num = CASES[case]
     rng = np.random.default_rng(3)
     for dtype in (np.float32, np.float64):
-        values = (rng.standard_normal(indices.shape + trailing) * 10 ** rng.uniform(-3, 3)).astype(dtype)
+        scale = 10 ** rng.uniform(-3, 3)
+        values = (rng.standard_normal(indices.shape + trailing) * scale).astype(dtype)
         want = add_at(indices, values, num)
         got = grouped_sums(indices, values, num)
         assert got.dtype == want.dtype and got.shape == want.shape
@@ -65,8 +66,9 @@ def test_index_add_is_exact_on_integer_values_and_agrees_with_add_at_on_random_d
     np.testing.assert_array_equal(index_add(np, indices, values, 40), exact)
     np.testing.assert_array_equal(grouped_sums(indices, values, 40), exact)
     noisy = rng.standard_normal((16, 64, 8)).astype(np.float32)
+    one_hot = np.eye(40)[indices]                    # a float64 matmul: another order
     np.testing.assert_allclose(grouped_sums(indices, noisy, 40),
-                               np.einsum("btv,btd->vd", np.eye(40)[indices], noisy.astype(np.float64)),
+                               np.einsum("btv,btd->vd", one_hot, noisy.astype(np.float64)),
                                rtol=1e-5, atol=1e-5)
 
 

@@ -114,8 +114,8 @@ def test_bad_seeds_and_dtypes_are_refused():
 
 @pytest.mark.parametrize("ctype", ["unsigned int", "float", "double"])
 def test_the_cupy_kernels_source_compiles(ctype):
-    ptx = compile_elementwise(CUDA_PREAMBLE, CUDA_BODY,
-                              "unsigned long long block, unsigned int k0, unsigned int k1", ctype)
+    params = "unsigned long long first_block, unsigned int k0, unsigned int k1"
+    ptx = compile_elementwise(CUDA_PREAMBLE, CUDA_BODY, params, ctype)
     assert ".entry k" in ptx
 
 
