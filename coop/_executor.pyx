@@ -98,6 +98,12 @@ cdef View _view(runtime, int sid, tuple shape, dtype, strides, Py_ssize_t offset
     return v
 
 
+def _stream(seed, xp):
+    """A random kernel's rng: the op's counter-based Philox stream (no generator state)."""
+    from coop.random import Stream    # on the first random kernel: `import coop` stays small
+    return Stream(seed, xp)
+
+
 cdef class OpRecord:
     """What running an op again needs: the kernel, its inputs' layouts, attributes, the seed
     of a random kernel, and its outputs' (shape, dtype) for checking a recompute."""
@@ -193,7 +199,7 @@ cdef class ArrayExecutor(Executor):
         if kernel.wants_xp:
             attrs = dict(attrs, xp=xp)
         if rec.seed is not None:
-            attrs = dict(attrs, rng=xp.random.default_rng(rec.seed))
+            attrs = dict(attrs, rng=_stream(rec.seed, xp))
         i = kernel.inplace
         with self._placing(placement):
             if old is not None:

@@ -64,8 +64,9 @@ class Kernel:
     """A named callable with its class, randomness, in-place target and cost/shape rules.
 
     fn(*arrays, **attrs) returns an array or a tuple of arrays. With ``random=True`` it also
-    receives ``rng=`` (a Generator of the array module) whose seed the runtime records, so a
-    recompute draws the same numbers. With ``inplace=i`` it mutates its i-th input and returns
+    receives ``rng=``, a ``coop.random.Stream`` (counter-based Philox draws: ``rng.random``,
+    ``rng.bits``) keyed by a seed the runtime records, so a recompute draws the same numbers
+    and no generator state is allocated. With ``inplace=i`` it mutates its i-th input and returns
     nothing (or that input). ``views=i`` declares that its (first) output is a view of input i,
     for the simulation backend (on arrays, views are detected). ``flops(*specs, **attrs)`` and ``shape(*specs, **attrs)`` take
     ``(shape, dtype)`` pairs: the cost model and the simulation backend use them.

@@ -243,7 +243,9 @@ class Runtime:
         views, sids = gather(self, kernel, inputs)
         seed = None
         if kernel.random:
-            seed = int(numpy.random.SeedSequence([self.seed, self._random_ops]).generate_state(1)[0])
+            # the op's 64-bit Philox key: a hash of (runtime seed, random op number)
+            seed = int(numpy.random.SeedSequence([self.seed, self._random_ops])
+                       .generate_state(1, numpy.uint64)[0])
             self._random_ops += 1
         rec = OpRecord(kernel, views, attrs, seed)
         placement = kernel.cls if self._by_type else self._placement(rec)

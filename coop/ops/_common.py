@@ -117,6 +117,60 @@ def fresh(xp, a):
     return xp.array(a, copy=True)
 
 
+def index_add(xp, indices, values, num):
+    """out[v] = the sum of values[k] over the positions k of indices (C order) where
+    indices[k] == v, adding in that order; out is (num,) + values.shape[indices.ndim:].
+
+    Deterministic on both backends, with the same bits: NumPy's add.at adds sequentially in
+    position order; CuPy's add.at (atomicAdd) adds in thread order, so on CuPy a stable sort
+    groups the positions by index and one thread per output element adds its group in order.
+    """
+    out_shape = (num,) + values.shape[indices.ndim:]
+    if xp is numpy:
+        out = numpy.zeros(out_shape, dtype=values.dtype)
+        numpy.add.at(out, indices, values)
+        return out
+    order, bounds = index_groups(xp, indices, num)
+    width = numel(out_shape[1:])
+    rows = xp.ascontiguousarray(values).reshape(order.size, width)
+    out = xp.empty(out_shape, dtype=values.dtype)
+    if out.size:
+        _index_add_kernel()(rows, order, bounds, width, out)
+    return out
+
+
+def index_groups(xp, indices, num):
+    """(order, bounds): positions of indices (flattened, negative ones counted from num)
+    stably sorted by index, and where each index's group starts: group v is
+    order[bounds[v]:bounds[v + 1]], in position order."""
+    flat = indices.reshape(-1).astype(numpy.int64)
+    flat = xp.where(flat < 0, flat + num, flat)
+    # CuPy's argsort is always stable (thrust); NumPy's must be asked to be
+    order = xp.argsort(flat, kind="stable") if xp is numpy else xp.argsort(flat)
+    bounds = xp.searchsorted(flat[order], xp.arange(num + 1, dtype=numpy.int64), side="left")
+    return order.astype(numpy.int64, copy=False), bounds.astype(numpy.int64, copy=False)
+
+
+#: one thread per output element adds its index group's rows in position order
+INDEX_ADD_BODY = r"""
+const long long v = i / width, d = i % width;
+T acc = T(0);
+for (long long p = bounds[v]; p < bounds[v + 1]; ++p) acc += rows[order[p] * width + d];
+out = acc;
+"""
+_index_add = None
+
+
+def _index_add_kernel():
+    global _index_add
+    if _index_add is None:
+        import cupy
+        _index_add = cupy.ElementwiseKernel(
+            "raw T rows, raw int64 order, raw int64 bounds, int64 width", "T out",
+            INDEX_ADD_BODY, "coop_index_add")
+    return _index_add
+
+
 # ---- arguments --------------------------------------------------------------------------------
 
 

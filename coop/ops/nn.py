@@ -1,11 +1,14 @@
 """Neural-network ops: softmax, log_softmax, cross_entropy, dropout (a random kernel: its mask
 is replayed bit-exactly on recompute), embedding, and an LSTM cell composed of the other ops.
 """
+import numpy
+
 from coop.autograd import record
 from coop.ops._common import (
     axes_of,
     check_tensors,
     elementwise_flops,
+    index_add,
     like,
     numel,
     op_kernel,
@@ -92,7 +95,9 @@ def cross_entropy(logits, targets):
 
 
 def _dropout(x, xp, rng, p):
-    mask = rng.random(x.shape, dtype="float32") >= p
+    # rng: the op's Philox stream (coop.random); comparing two float32s gives both backends
+    # the same mask
+    mask = rng.random(x.shape, dtype=numpy.float32) >= numpy.float32(p)
     return x * mask * (1.0 / (1.0 - p)), mask
 
 
@@ -126,9 +131,7 @@ def dropout(x, p=0.5, training=True):
 
 
 def _embedding_backward(g, indices, xp, num):
-    out = xp.zeros((num,) + g.shape[indices.ndim:], dtype=g.dtype)
-    xp.add.at(out, indices, g)
-    return out
+    return index_add(xp, indices, g, num)   # deterministic on CuPy too (no atomicAdd)
 
 
 EMBEDDING = op_kernel(lambda weight, indices: weight[indices], name="embedding",
