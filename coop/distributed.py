@@ -181,11 +181,12 @@ def _through_buckets(runtime, tensors, bucket_bytes, communicate, write_back):
             t0 = time.perf_counter()
             communicate(memory)
             seconds += time.perf_counter() - t0
+            del memory      # an array held past the block would keep the bucket's memory
         if write_back:
             for i, start, stop, offset in segments:
                 apply(UNPACK, tensors[i], bucket, start=start, stop=stop, offset=offset)
         nbytes += elements * dtype.itemsize
-        del bucket      # freed now: the next bucket can take its place
+        del bucket      # freed now: the next bucket takes its place
     return len(layout), nbytes, seconds
 
 
@@ -214,7 +215,7 @@ def allreduce_gradients(params, comm, bucket_bytes=DEFAULT_BUCKET_BYTES):
     gradients for the same parameters (the same graph). Returns {buckets, bytes, seconds}."""
     params = list(params)
     grads = [p.grad for p in params if p.grad is not None]
-    if comm.size == 1 or not grads:
+    if not grads:
         return dict(buckets=0, bytes=0, seconds=0.0)
     size = comm.size
 
@@ -230,8 +231,6 @@ def allreduce_gradients(params, comm, bucket_bytes=DEFAULT_BUCKET_BYTES):
 def broadcast_parameters(params, comm, root=0, bucket_bytes=DEFAULT_BUCKET_BYTES):
     """Every rank's params = root's, in place (through arena buckets, as the gradients)."""
     params = list(params)
-    if comm.size == 1:
-        return
     _through_buckets(_runtime_of(params), params, bucket_bytes,
                      lambda memory: comm.broadcast_(memory, root), comm.rank != root)
 
