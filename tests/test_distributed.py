@@ -183,6 +183,9 @@ def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path):
     driver.write_text(DRIVER)
     out = str(tmp_path / "ranks")
     env = dict(os.environ)
+    # as the example itself sets, but before the driver imports NumPy: one BLAS thread a rank
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
     # the ranks import the coop this test imported (the source tree or the installed package)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(coop.__file__)), env.get("PYTHONPATH", "")])
