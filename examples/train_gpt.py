@@ -29,6 +29,12 @@ peak, policy coop, Python 3.11.7: 708,973 characters, vocab 96): loss 4.55 at st
 about 0.18 s a step: 106 s of training, under 2 minutes in all.
 
 Run (after `pip install .`): python examples/train_gpt.py [--budget 0.5x] [--policy coop]
+
+Data parallel (after `pip install ".[mpi]"`): mpiexec -n 2 python examples/train_gpt.py
+--budget 0.5x --distributed [--check-identical]. Each rank runs its own runtime under its own
+budget (on a GPU: its own device, NCCL) and trains on its slice of --batch windows of a global
+batch of 2 x --batch; gradients are averaged in buckets in the arena (coop.distributed). The
+losses printed are the ranks' mean; rank 0 prints, with a table of every rank's figures.
 """
 import argparse
 import ast
