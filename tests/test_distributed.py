@@ -117,6 +117,14 @@ def test_a_simulation_backend_is_refused():
         distributed.DataParallel(model, distributed.MPICommunicator(MPI.COMM_SELF))
 
 
+def test_mpi_takes_host_arrays_and_init_names_its_backends():
+    comm = distributed.MPICommunicator(MPI.COMM_SELF)
+    with pytest.raises(TypeError, match="host \\(NumPy\\) arrays, got list.*init\\('nccl'\\)"):
+        comm.allreduce_([1.0])
+    with pytest.raises(ValueError, match="backend must be 'mpi' or 'nccl', got 'gloo'"):
+        distributed.init("gloo")
+
+
 def test_check_identical_names_the_differing_parameter():
     # one rank: compare against a tampered copy of the digests, as a second rank would send
     rt, model = _model_with_grads()
