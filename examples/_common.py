@@ -72,27 +72,74 @@ def add_run_options(p, budget, steps, budget_example, out):
     p.add_argument("--no-progress", action="store_true")
 
 
-def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=print):
+def add_distributed_options(p):
+    """The options of data-parallel runs (``mpiexec -n 2 python examples/...``)."""
+    p.add_argument("--distributed", action="store_true",
+                   help="data parallel over the ranks mpiexec started (on by itself when "
+                        "mpiexec started more than one): each rank trains on its shard of each "
+                        "batch under its own budget; gradients are averaged in arena buckets")
+    p.add_argument("--bucket-bytes", default="1MiB",
+                   help="largest gradient bucket (bytes or a size); the budget covers it")
+    p.add_argument("--check-identical", action="store_true",
+                   help="after every step, compare the parameters' hashes across ranks "
+                        "(raises if they differ)")
+
+
+def launched_ranks():
+    """How many processes mpiexec started (1 outside mpiexec), from its environment."""
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 1
+
+
+def start_distributed(args):
+    """The communicator of a distributed run (None otherwise). Ranks other than 0 print
+    nothing: one log for the run, per-rank figures are gathered to rank 0."""
+    if not args.distributed and launched_ranks() > 1:
+        args.distributed = True
+    if not args.distributed:
+        return None
+    args.backend = args.backend or default_backend()
+    from coop import distributed
+    comm = distributed.init("nccl" if args.backend == "cupy" else "mpi")
+    if comm.rank != 0:
+        sys.stdout = open(os.devnull, "w")
+        args.no_progress = True
+    print(f"distributed: {comm.size} ranks ({'NCCL' if args.backend == 'cupy' else 'MPI'}), "
+          f"each on its shard of every batch, its own runtime and budget")
+    return comm
+
+
+def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=print, dp=None):
     """steps optimizer steps on next_batch(rng) -> (inputs, targets); returns the runtime,
-    model, losses, arena bytes used after each forward and the running peak."""
+    model, losses, arena bytes used after each forward and the running peak. With dp (a
+    coop.distributed.DataParallel), gradients are averaged over the ranks after backward and
+    the losses are the ranks' mean (local_losses: this rank's)."""
     rng = np.random.default_rng(args.seed)
-    losses, used, peaks = [], [], []
+    losses, local_losses, used, peaks = [], [], [], []
     bar = tqdm(range(steps), desc=f"train {args.policy}", disable=not progress, leave=False)
     for step in bar:
         loss = model.loss(*next_batch(rng))
-        losses.append(float(loss.numpy()))
+        local_losses.append(float(loss.numpy()))
+        losses.append(dp.mean(local_losses[-1]) if dp is not None else local_losses[-1])
         used.append(rt.arena.stats()["used_bytes"])
         loss.backward()
         del loss   # not needed (backward releases the graph); frees the value at once
+        if dp is not None:
+            dp.sync_gradients()
         opt.step()
         opt.zero_grad()
+        if dp is not None and getattr(args, "check_identical", False):
+            dp.check_identical()
         peaks.append(rt.arena.stats()["peak_used_bytes"])
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         if log and args.log_every and (step % args.log_every == 0 or step == steps - 1):
             (bar.write if progress else log)(f"step {step:5d}  loss {losses[-1]:.4f}  arena used "
                                              f"{used[-1] / MB:.2f} MiB")
     bar.close()
-    return dict(rt=rt, model=model, losses=losses, used=used, peaks=peaks)
+    return dict(rt=rt, model=model, losses=losses, local_losses=local_losses, used=used,
+                peaks=peaks)
 
 
 def print_summary(model_rows, budget, peak, stats, train_time, total_time):

@@ -29,6 +29,12 @@ peak, policy coop, Python 3.11.7: 708,973 characters, vocab 96): loss 4.55 at st
 about 0.18 s a step: 106 s of training, under 2 minutes in all.
 
 Run (after `pip install .`): python examples/train_gpt.py [--budget 0.5x] [--policy coop]
+
+Data parallel (after `pip install ".[mpi]"`): mpiexec -n 2 python examples/train_gpt.py
+--budget 0.5x --distributed [--check-identical]. Each rank runs its own runtime under its own
+budget (on a GPU: its own device, NCCL) and trains on its slice of --batch windows of a global
+batch of 2 x --batch; gradients are averaged in buckets in the arena (coop.distributed). The
+losses printed are the ranks' mean; rank 0 prints, with a table of every rank's figures.
 """
 import argparse
 import ast
@@ -51,8 +57,9 @@ import numpy as np  # noqa: E402
 from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
-from _common import (MB, add_run_options, make_runtime, plot_run,  # noqa: E402
-                     print_summary, resolve_budget, run_training, start)
+from _common import (MB, add_distributed_options, add_run_options, make_runtime,  # noqa: E402
+                     plot_run, print_summary, resolve_budget, run_training, start,
+                     start_distributed)
 
 
 # Pure-Python standard-library modules present in every CPython >= 3.11 build, sorted.
@@ -153,12 +160,29 @@ def build(args, data, budget):
     return rt, model, opt
 
 
-def train(args, data, budget, steps, progress=True, log=print):
+def train(args, data, budget, steps, progress=True, log=print, comm=None):
     """Trains a fresh model for `steps` steps within `budget` bytes; returns a dict of the
-    runtime, model, losses, arena used bytes after each forward and the running peak."""
+    runtime, model, losses, arena used bytes after each forward and the running peak.
+
+    With comm (coop.distributed), data parallel: every rank draws the same global batch of
+    size x --batch windows and trains on its own slice of --batch of them, so the run sees
+    the batches of one process with a batch size x larger."""
     rt, model, opt = build(args, data, budget)
-    return run_training(rt, model, opt, lambda rng: data.batch(rng, args.batch, args.block),
-                        args, steps, progress, log)
+    if comm is None:
+        return run_training(rt, model, opt, lambda rng: data.batch(rng, args.batch, args.block),
+                            args, steps, progress, log)
+    from coop.distributed import DataParallel
+    from coop.budget import parse_budget
+    dp = DataParallel(model, comm, parse_budget(args.bucket_bytes))
+    mine = slice(comm.rank * args.batch, (comm.rank + 1) * args.batch)
+
+    def shard(rng):
+        x, y = data.batch(rng, args.batch * comm.size, args.block)
+        return x[mine], y[mine]
+
+    run = run_training(rt, model, opt, shard, args, steps, progress, log, dp=dp)
+    run["dp"] = dp
+    return run
 
 
 def evaluate(model, data, args, batches):
@@ -180,6 +204,26 @@ def probe_peak(args, data):
 
 
 
+def print_ranks(comm, run, budget, batch):
+    """Each rank's budget, peak, evictions, overhead and communication, printed by rank 0;
+    returns the list (every rank gets it)."""
+    stats, dp = run["rt"].stats(), run["dp"]
+    mine = dict(rank=comm.rank, budget=budget, peak_used_bytes=stats["peak_used_bytes"],
+                evictions=stats["evictions"], recomputes=stats["recomputes"],
+                compute_overhead=stats["compute_overhead"], buckets=dp.buckets,
+                reduced_bytes=dp.bytes, comm_seconds=dp.seconds, identical_checks=dp.checks)
+    ranks = comm.allgather(mine)
+    print(f"per rank (global batch {batch * comm.size} = {comm.size} x {batch}):")
+    print("  rank  budget MiB  peak MiB  evictions  recomputes  overhead  buckets  "
+          "reduced MiB  comm s  identical checks")
+    for r in ranks:
+        print(f"  {r['rank']:4d}  {r['budget'] / MB:10.3f}  {r['peak_used_bytes'] / MB:8.3f}  "
+              f"{r['evictions']:9,d}  {r['recomputes']:10,d}  {r['compute_overhead']:8.3f}  "
+              f"{r['buckets']:7,d}  {r['reduced_bytes'] / MB:11.2f}  {r['comm_seconds']:6.2f}  "
+              f"{r['identical_checks']:16,d}")
+    return ranks
+
+
 def parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -194,11 +238,13 @@ def parser():
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--eval-batches", type=int, default=20)
+    add_distributed_options(p)
     return p
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
+    comm = start_distributed(args)
     start("examples/train_gpt.py", args, argv)
     text, used_modules = build_corpus()
     data = CharData(text, args.val_fraction)
@@ -216,7 +262,7 @@ def main(argv=None):
           f"cost {args.cost}")
 
     t0 = time.perf_counter()
-    run = train(args, data, budget, args.steps, progress=not args.no_progress)
+    run = train(args, data, budget, args.steps, progress=not args.no_progress, comm=comm)
     train_time = time.perf_counter() - t0
     val_loss = evaluate(run["model"], data, args, args.eval_batches)
     stats = run["rt"].stats()
@@ -231,7 +277,11 @@ def main(argv=None):
                    ("unigram entropy", f"{unigram:.4f}"),
                    ("ln(vocab)", f"{math.log(data.vocab):.4f}")],
                   budget, peak, stats, train_time, time.perf_counter() - begin)
+    if comm is not None:
+        run["ranks"] = print_ranks(comm, run, budget, args.batch)
 
+    if comm is not None and comm.rank != 0:
+        return run
     lines = [(v, label, style) for v, label, style in (
         (run.get("unigram"), "unigram entropy", "--"),
         (run.get("val_loss"), "held-out loss (end)", ":")) if v is not None]
