@@ -20,7 +20,7 @@ from coop.tensor import Tensor
 
 #: subpackages loaded on first attribute access (PEP 562): importing them costs more than the
 #: core API they build on
-_LAZY_SUBMODULES = frozenset({"models", "nn", "ops", "optim"})
+_LAZY_SUBMODULES = frozenset({"distributed", "models", "nn", "ops", "optim", "timeline"})
 #: names served by the optional CuPy backend (importing it imports CuPy)
 _CUPY_NAMES = frozenset({"allocator", "CoopMemoryPool"})
 
