@@ -345,17 +345,18 @@ def _json_lines(path):
     """(line number, parsed JSON) per non-blank line; TraceError for a file that cannot be
     read, text that is not UTF-8, a line that is not JSON, NaN or Infinity, deep nesting."""
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as e:
         raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
     with f:
         lineno = 0
         try:
-            for lineno, line in enumerate(f, 1):
+            for lineno, raw in enumerate(f, 1):
+                line = raw.decode("utf-8")
                 if line.strip():
                     yield lineno, _parse(line, path, lineno)
         except UnicodeDecodeError:
-            raise TraceError(f"{path}:{lineno + 1}: not UTF-8 text (a trace is JSON lines in "
+            raise TraceError(f"{path}:{lineno}: not UTF-8 text (a trace is JSON lines in "
                              "UTF-8)") from None
         except OSError as e:
             raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
