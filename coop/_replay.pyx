@@ -35,6 +35,7 @@ cdef class Program:
     cdef readonly double cost_first          # sum of op costs: an unlimited run's total
     cdef readonly object names               # op index -> kernel name
     cdef readonly object meta                # the trace's meta record (a dict), or {}
+    cdef readonly object source              # where it was read from (for messages)
     cdef vector[int] rec_kind
     cdef vector[int] rec_arg
     cdef vector[int64_t] value_size
@@ -48,7 +49,7 @@ cdef class Program:
     cdef vector[double] cost
     cdef vector[unsigned char] cls
 
-    def __init__(self, int n_values, sizes, records, ops, names, meta=None):
+    def __init__(self, int n_values, sizes, records, ops, names, meta=None, source="<records>"):
         """records: [(kind, arg)]; ops: [(inputs, outputs, out_allocs, mutated, events or
         None, cost, cls)]. Every index is checked here (ValueError), so that a replay, which
         reads them unchecked, never reads outside its arrays."""
@@ -57,6 +58,7 @@ cdef class Program:
         self.value_size = sizes
         self.names = list(names)
         self.meta = dict(meta or {})
+        self.source = str(source)
         for kind, arg in records:
             self.rec_kind.push_back(kind)
             self.rec_arg.push_back(arg)

@@ -58,7 +58,8 @@ def unlimited(trace, alignment=None):
     # new constant to the low end takes a transient copy, so the peak depends on placement
     result = replay(program, budget=_UNLIMITED, policy="coop", alignment=alignment, thrash=None)
     if result["status"] != "ok":
-        raise TraceError(f"the trace needs more than 2**62 bytes at once (its unlimited run "
+        raise TraceError(f"{program.source}: the trace needs more than 2**62 bytes at once (its "
+                         f"unlimited run "
                          f"stops after {result['records']:,} of {program.n_records:,} records)")
     result["peak_bytes"] = _feasible_peak(program, _alignment(program, alignment),
                                           result["peak_used_bytes"])

@@ -554,7 +554,7 @@ def compile_program(records, where="<records>"):
     if not math.isfinite(sum(op[5] for op in ops)):
         raise TraceError(f"{where}: the ops' costs add up to more than a float holds; give "
                          "costs in ns")
-    return Program(len(sizes), sizes, out_records, ops, names, meta)
+    return Program(len(sizes), sizes, out_records, ops, names, meta, where)
 
 
 def _check_events(events, allocs, where):
