@@ -99,6 +99,11 @@ def _int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _show(value):
+    """value as a message quotes it: its repr, cut to 80 characters (one line)."""
+    return repr(value)[:80]
+
+
 def _finite(number):
     """number as a float, or NaN where it is not finite (or too large for a float)."""
     try:
@@ -130,43 +135,43 @@ def check_record(record, where):
     """record, if it is a valid coop trace record; else TraceError naming where and why."""
     if not isinstance(record, dict) or "op" not in record:
         raise TraceError(f"{where}: a record must be a JSON object with an 'op' field, got "
-                         f"{str(record)[:80]}")
+                         f"{_show(record)}")
     kind = record["op"]
     if not isinstance(kind, str) or kind not in _FIELDS:
-        raise TraceError(f"{where}: unknown record op {str(kind)[:80]!r}; known: "
+        raise TraceError(f"{where}: unknown record op {_show(kind)}; known: "
                          f"{', '.join(_FIELDS)}")
     for field, types in _FIELDS[kind].items():
         value = record.get(field)
         if value is None or isinstance(value, bool) or not isinstance(value, types):
             raise TraceError(f"{where}: {kind} record needs field {field!r} "
                              f"({getattr(types, '__name__', 'number')}), got "
-                             f"{str(value)[:80]}")
+                             f"{_show(value)}")
     if "size" in record and not 0 <= record["size"] <= MAX_BYTES:
         raise TraceError(f"{where}: size must be in [0, 2**62], got {record['size']}")
     if "cost" in record and not _finite(record["cost"]) >= 0:
         raise TraceError(f"{where}: cost must be a finite number >= 0 (ns), got "
-                         f"{str(record['cost'])[:80]}")
+                         f"{_show(record['cost'])}")
     if kind == "call":
         for out in record["outputs"]:
             if not isinstance(out, dict) or not _int(out.get("id")) \
                     or not _int(out.get("size", 0)) or not 0 <= out.get("size", 0) <= MAX_BYTES:
                 raise TraceError(f"{where}: each call output needs an integer 'id' and a size "
-                                 f"in [0, 2**62], got {str(out)[:80]}")
+                                 f"in [0, 2**62], got {_show(out)}")
         if not record["outputs"]:
             raise TraceError(f"{where}: call {record['name']!r} has no outputs")
     if kind in ("call", "mutate"):
         if not all(_int(i) for i in record["inputs"]):
             raise TraceError(f"{where}: inputs must be integer ids, got "
-                             f"{str(record['inputs'])[:80]}")
+                             f"{_show(record['inputs'])}")
         if record.get("cls", "expensive") not in ("expensive", "cheap"):
             raise TraceError(f"{where}: cls must be 'expensive' or 'cheap', got "
-                             f"{str(record['cls'])[:80]}")
+                             f"{_show(record['cls'])}")
     if kind == "mutate":
         inputs, mutated = record["inputs"], record["mutated"]
         n = len(inputs)
         if not mutated or not all(_int(m) and 0 <= m < n for m in mutated):
             raise TraceError(f"{where}: mutated must list indices into the {n} inputs, got "
-                             f"{str(mutated)[:80]}")
+                             f"{_show(mutated)}")
         # one storage mutated twice would make two old values of one piece
         if len({inputs[m] for m in mutated}) != len(mutated):
             raise TraceError(f"{where}: mutated {mutated} names one storage twice (inputs "
@@ -232,14 +237,14 @@ def import_dtr(path):
         value = field(rec, key, lineno, instr)
         if not isinstance(value, str):
             raise TraceError(f"{where(lineno)}: {instr} field {key!r} must be a name (a string), "
-                             f"got {str(value)[:80]}")
+                             f"got {_show(value)}")
         return value
 
     def names_field(rec, key, lineno, instr):
         value = field(rec, key, lineno, instr)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise TraceError(f"{where(lineno)}: {instr} field {key!r} must be a list of names, "
-                             f"got {str(value)[:80]}")
+                             f"got {_show(value)}")
         return value
 
     def follower(lineno, instr, name):
@@ -248,7 +253,7 @@ def import_dtr(path):
         if not isinstance(rec, dict) or rec.get("INSTRUCTION") != instr \
                 or rec.get("NAME") != name:
             raise TraceError(f"{where(line)}: expected {instr} for {name[:80]!r}, got "
-                             f"{str(rec)[:80]}")
+                             f"{_show(rec)}")
         return line, rec
 
     def memory(lineno, name):
@@ -256,7 +261,7 @@ def import_dtr(path):
         size = _integer(rec.get("MEMORY"))
         if size is None:
             raise TraceError(f"{where(line)}: MEMORY needs an integer byte count, got "
-                             f"{str(rec.get('MEMORY'))[:80]}")
+                             f"{_show(rec.get('MEMORY'))}")
         if not 0 <= size <= MAX_BYTES:
             raise TraceError(f"{where(line)}: MEMORY must be in [0, 2**62], got {size}")
         return size
@@ -283,7 +288,7 @@ def import_dtr(path):
                 if alias is None or not -1 <= alias < len(inputs):
                     raise TraceError(f"{where(alias_line)}: ALIAS must be -1 or an index into "
                                      f"the {len(inputs)} args, got "
-                                     f"{str(alias_rec.get('ALIAS'))[:80]}")
+                                     f"{_show(alias_rec.get('ALIAS'))}")
                 if alias >= 0:
                     sid = inputs[alias]
                     outputs.append({"id": sid, "size": 0, "alias": alias})
@@ -418,7 +423,7 @@ def _time(rec, lineno, path):
             pass
     if t is None or not (math.isfinite(t) and t >= 0):
         raise TraceError(f"{path}:{lineno}: {rec.get('INSTRUCTION')} needs a TIME in ns (a "
-                         f"finite number >= 0, or one as a string), got {str(value)[:80]}")
+                         f"finite number >= 0, or one as a string), got {_show(value)}")
     return t
 
 
@@ -550,7 +555,7 @@ def compile_program(records, where="<records>"):
     if align is not None and not (_int(align) and 0 < align <= MAX_ALIGNMENT
                                   and align & (align - 1) == 0):
         raise TraceError(f"{where}: the meta record's alignment must be a power of two in "
-                         f"[1, 2**30], got {str(align)[:80]}")
+                         f"[1, 2**30], got {_show(align)}")
     if not math.isfinite(sum(op[5] for op in ops)):
         raise TraceError(f"{where}: the ops' costs add up to more than a float holds; give "
                          "costs in ns")
@@ -559,7 +564,7 @@ def compile_program(records, where="<records>"):
 
 def _check_events(events, allocs, where):
     if not isinstance(events, list) or not all(_int(e) for e in events):
-        raise TraceError(f"{where}: allocs must be a list of integers, got {str(events)[:80]}")
+        raise TraceError(f"{where}: allocs must be a list of integers, got {_show(events)}")
     n, freed = 0, set()
     for e in events:
         if e > MAX_BYTES:
@@ -578,7 +583,7 @@ def _check_events(events, allocs, where):
         if a == -1:        # a view: no memory of its own
             continue
         if not _int(a) or not 0 <= a < n or a in freed:
-            raise TraceError(f"{where}: an output's alloc {str(a)[:80]} is not an allocation "
+            raise TraceError(f"{where}: an output's alloc {_show(a)} is not an allocation "
                              "live at the kernel's end")
         if a in held:
             raise TraceError(f"{where}: two outputs name alloc {a}; each new output has an "

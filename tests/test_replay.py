@@ -412,7 +412,7 @@ def test_a_dtr_log_may_write_every_number_as_a_string(tmp_path):
     a, b = R.unlimited(strings), R.unlimited(numbers)
     assert a["peak_used_bytes"] == b["peak_used_bytes"] == 9216 and a["cost_first"] == 116.0
     with pytest.raises(TraceError, match=r"log.jsonl:2: MEMORY needs an integer byte count, "
-                                         r"got 4096.5"):
+                                         r"got '4096.5'"):
         R.load(write_lines(tmp_path / "log.jsonl", [DTR_LOG[0], {**DTR_LOG[1],
                                                                  "MEMORY": "4096.5"}]))
 
