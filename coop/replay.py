@@ -16,7 +16,7 @@ from coop._replay import Program, Replayer
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
 from coop.policies import POLICIES, get_policy
-from coop.trace import MAX_ALIGNMENT, MAX_BYTES, TraceError, load
+from coop.trace import MAX_BYTES, TraceError, load, valid_alignment
 
 __all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
 
@@ -41,8 +41,7 @@ def _program(trace):
 def _alignment(program, alignment):
     if alignment is None:
         return int(program.meta.get("alignment") or DEFAULT_ALIGNMENT)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) \
-            or not 0 < alignment <= MAX_ALIGNMENT or alignment & (alignment - 1):
+    if not valid_alignment(alignment):
         raise ValueError(f"alignment must be a power of two in [1, 2**30] bytes, got "
                          f"{alignment!r}")
     return alignment
@@ -59,8 +58,8 @@ def unlimited(trace, alignment=None):
     result = replay(program, budget=_UNLIMITED, policy="coop", alignment=alignment, thrash=None)
     if result["status"] != "ok":
         raise TraceError(f"{program.source}: the trace needs more than 2**62 bytes at once (its "
-                         f"unlimited run "
-                         f"stops after {result['records']:,} of {program.n_records:,} records)")
+                         f"unlimited run stops after {result['records']:,} of "
+                         f"{program.n_records:,} records)")
     result["peak_bytes"] = _feasible_peak(program, _alignment(program, alignment),
                                           result["peak_used_bytes"])
     return result

@@ -12,7 +12,7 @@ from coop import replay as R
 from coop.budget import parse_budget
 from coop.errors import UsageError
 from coop.policies import POLICIES
-from coop.trace import MAX_ALIGNMENT, MAX_BYTES
+from coop.trace import MAX_BYTES, valid_alignment
 
 ROWS = [  # (label, key, format)
     ("status", "status", "{}"),
@@ -56,9 +56,9 @@ def _alignment(text):
         value = int(text)
     except ValueError:
         value = 0
-    if not 0 < value <= MAX_ALIGNMENT or value & (value - 1):
-        raise argparse.ArgumentTypeError(f"alignment must be a power of two in [1, 2**30] bytes (e.g. 512), "
-                             f"got {text!r}")
+    if not valid_alignment(value):
+        raise argparse.ArgumentTypeError(f"alignment must be a power of two in [1, 2**30] bytes "
+                                         f"(e.g. 512), got {text!r}")
     return value
 
 
@@ -69,7 +69,8 @@ def _thrash(text):
     except ValueError:
         value = math.nan
     if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"thrash must be a finite number >= 0 (0: never stop), got {text!r}")
+        raise argparse.ArgumentTypeError(f"thrash must be a finite number >= 0 (0: never stop), "
+                                         f"got {text!r}")
     return value
 
 

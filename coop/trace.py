@@ -99,6 +99,12 @@ def _int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def valid_alignment(value):
+    """Whether value is an arena alignment a trace or a replay may give: a power of two in
+    [1, 2**30]."""
+    return _int(value) and 0 < value <= MAX_ALIGNMENT and not value & (value - 1)
+
+
 def _show(value):
     """value as a message quotes it: its repr, cut to 80 characters (one line)."""
     return repr(value)[:80]
@@ -552,8 +558,7 @@ def compile_program(records, where="<records>"):
             meta.update(r)
     meta.pop("op", None)
     align = meta.get("alignment")
-    if align is not None and not (_int(align) and 0 < align <= MAX_ALIGNMENT
-                                  and align & (align - 1) == 0):
+    if align is not None and not valid_alignment(align):
         raise TraceError(f"{where}: the meta record's alignment must be a power of two in "
                          f"[1, 2**30], got {_show(align)}")
     if not math.isfinite(sum(op[5] for op in ops)):

@@ -1,6 +1,7 @@
-"""Fuzzing every way a trace gets in: coop traces (host traces with `allocs`, plain ones), DTR
-logs (valid, numbers as strings, mutated, truncated, garbage bytes) and raw bytes, through
-coop.replay in-process, `coop replay` in-process and `python -m coop replay` as a process.
+"""Fuzzing every way a trace gets in: coop traces (host traces with `allocs`, generated or
+recorded from a run, and plain ones), DTR logs (valid, numbers as strings, mutated, truncated,
+garbage bytes) and raw bytes, through coop.replay in-process, `coop replay` in-process and
+`python -m coop replay` as a process.
 
 The property: a clean error (coop.trace.TraceError naming the file, and the line where there is
 one; for the command one line on stderr and exit status 1 or 2), or runs whose arena passes
@@ -11,6 +12,7 @@ The suite runs a CI-sized number of examples; COOP_FUZZ_EXAMPLES=N runs N per te
 process tests N // 10), e.g. COOP_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz_traces.py
 """
 import contextlib
+import functools
 import io
 import json
 import math
@@ -22,6 +24,7 @@ import tempfile
 
 import hypothesis.strategies as st
 import pytest
+from _gradcheck import deep_mlp, deep_mlp_loss
 from hypothesis import HealthCheck, event, given, settings
 
 import coop.replay as R
@@ -189,6 +192,26 @@ def allocs(draw, outputs, n_new):
     return events
 
 
+@functools.cache
+def recorded():
+    """The records of a recorded host run (a small MLP's training step with AdamW)."""
+    import coop
+    from coop.optim import AdamW
+    rt = coop.Runtime(coop.numpy_allocator("16MiB"), cost="cpu")
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "mlp.jsonl")
+        with rt.record(path):
+            x, targets, params = deep_mlp(rt, depth=2, width=8, batch=4)
+            opt = AdamW(params, lr=1e-2)
+            loss = deep_mlp_loss(x, targets, params)
+            loss.backward()
+            del loss
+            opt.step()
+            opt.zero_grad()
+        with open(path) as f:
+            return [json.loads(line) for line in f]
+
+
 def coop_files(host):
     records = coop_records(host)
     return st.one_of(records.map(text_of),
@@ -307,6 +330,12 @@ def test_host_traces(data):
 @fuzz(100)
 @given(coop_files(host=False))
 def test_plain_traces(data):
+    event(replays_or_fails_cleanly(data))
+
+
+@fuzz(30)
+@given(st.builds(recorded).flatmap(mutated).map(text_of).flatmap(damaged))
+def test_recorded_host_traces(data):
     event(replays_or_fails_cleanly(data))
 
 

@@ -382,7 +382,8 @@ def test_files_that_are_not_traces_are_errors_that_name_them(tmp_path):
                           ("bytes.jsonl", "bytes.jsonl:2: not UTF-8 text"),
                           ("empty.jsonl", "empty.jsonl: the trace is empty"),
                           ("dir", "dir: cannot read the trace: Is a directory"),
-                          ("missing.jsonl", "missing.jsonl: cannot read the trace: No such file")):
+                          ("missing.jsonl",
+                           "missing.jsonl: cannot read the trace: No such file")):
         with pytest.raises(TraceError, match=message):
             R.load(tmp_path / name)
 
@@ -457,7 +458,8 @@ def test_a_value_of_2_62_bytes_replays_and_more_at_once_is_an_error(tmp_path):
 
     path = trace("t.jsonl", (1 << 62) - 4096)
     result = R.unlimited(path)
-    assert result["status"] == "ok" and result["peak_used_bytes"] == result["peak_bytes"] == 1 << 62
+    assert result["status"] == "ok"
+    assert result["peak_used_bytes"] == result["peak_bytes"] == 1 << 62
     assert R.replay(path, ratio=1.0, check=True)["status"] == "ok"
     assert R.replay(path, ratio=0.5)["status"] == "oom"
     for sizes in ((1 << 62,), (1 << 61, 1 << 61)):
