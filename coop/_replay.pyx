@@ -17,6 +17,9 @@ from coop._engine cimport Engine, Executor
 cdef enum:
     R_CONSTANT, R_CALL, R_MUTATE, R_RELEASE, R_ACCESS, R_MATERIALIZE, R_MATERIALIZE_IN_PLACE
 
+#: the largest size in bytes (an arena holds at most 2**62)
+cdef int64_t MAX_BYTES = (<int64_t>1) << 62
+
 KINDS = {"constant": R_CONSTANT, "call": R_CALL, "mutate": R_MUTATE, "release": R_RELEASE,
          "access": R_ACCESS, "materialize": R_MATERIALIZE,
          "materialize in place": R_MATERIALIZE_IN_PLACE}
@@ -32,6 +35,7 @@ cdef class Program:
     cdef readonly double cost_first          # sum of op costs: an unlimited run's total
     cdef readonly object names               # op index -> kernel name
     cdef readonly object meta                # the trace's meta record (a dict), or {}
+    cdef readonly object source              # where it was read from (for messages)
     cdef vector[int] rec_kind
     cdef vector[int] rec_arg
     cdef vector[int64_t] value_size
@@ -45,13 +49,16 @@ cdef class Program:
     cdef vector[double] cost
     cdef vector[unsigned char] cls
 
-    def __init__(self, int n_values, sizes, records, ops, names, meta=None):
+    def __init__(self, int n_values, sizes, records, ops, names, meta=None, source="<records>"):
         """records: [(kind, arg)]; ops: [(inputs, outputs, out_allocs, mutated, events or
-        None, cost, cls)], all validated by the caller."""
+        None, cost, cls)]. Every index is checked here (ValueError), so that a replay, which
+        reads them unchecked, never reads outside its arrays."""
+        _check_program(n_values, sizes, records, ops, names)
         self.n_values = n_values
         self.value_size = sizes
-        self.names = names
+        self.names = list(names)
         self.meta = dict(meta or {})
+        self.source = str(source)
         for kind, arg in records:
             self.rec_kind.push_back(kind)
             self.rec_arg.push_back(arg)
@@ -78,7 +85,7 @@ cdef class Program:
             self.cost.push_back(cost)
             self.cls.push_back(cls)
             self.cost_first += cost
-        self.n_ops = len(names)
+        self.n_ops = len(self.names)
 
     @property
     def n_records(self):
@@ -87,6 +94,60 @@ cdef class Program:
     def __repr__(self):
         return (f"<coop.trace.Program records={self.rec_kind.size()} ops={self.n_ops} "
                 f"values={self.n_values}>")
+
+
+def _check_program(n_values, sizes, records, ops, names):
+    """ValueError naming the first index or number of a program that is out of range."""
+    def bad(what):
+        raise ValueError(f"coop.trace.Program: {what}")
+
+    def ints(xs, lo, hi, what):
+        for x in xs:
+            if isinstance(x, bool) or not isinstance(x, int) or not lo <= x < hi:
+                bad(f"{what} {x!r} is not in [{lo}, {hi})")
+
+    if n_values < 0 or len(sizes) != n_values:
+        bad(f"{len(sizes)} sizes for {n_values} values")
+    ints(sizes, 0, MAX_BYTES + 1, "a value size")
+    if len(names) != len(ops):
+        bad(f"{len(names)} names for {len(ops)} ops")
+    for i, (kind, arg) in enumerate(records):
+        ints((kind,), 0, R_MATERIALIZE_IN_PLACE + 1, f"record {i}: kind")
+        ints((arg,), 0, len(ops) if kind in (R_CALL, R_MUTATE) else n_values,
+             f"record {i}: argument")
+        if kind == R_CALL and ops[arg][3]:
+            bad(f"record {i}: op {arg} mutates its inputs: its record is a mutate")
+        if kind == R_MUTATE and (not ops[arg][3] or ops[arg][1]):
+            bad(f"record {i}: op {arg} of a mutate record needs mutated inputs and no outputs")
+    for t, (inputs, outputs, allocs, mutated, events, cost, cls) in enumerate(ops):
+        ints(inputs, 0, n_values, f"op {t}: input value")
+        ints(outputs, -1, n_values, f"op {t}: output value")
+        if len({v for v in outputs if v >= 0}) != len([v for v in outputs if v >= 0]):
+            bad(f"op {t}: a value is two of its outputs")
+        ints(mutated, 0, len(inputs), f"op {t}: mutated input")
+        if len({inputs[m] for m in mutated}) != len(mutated):
+            bad(f"op {t}: a value is mutated twice")
+        if len(allocs) != len(outputs):
+            bad(f"op {t}: {len(allocs)} output allocations for {len(outputs)} outputs")
+        if not (isinstance(cost, (int, float)) and 0.0 <= cost < float("inf")):
+            bad(f"op {t}: cost {cost!r} is not a finite number >= 0")
+        ints((cls,), 0, 3, f"op {t}: placement")
+        if events is None:
+            continue
+        n, live = 0, set()
+        for e in events:
+            ints((e,), -n, MAX_BYTES + 1, f"op {t}: allocation event")
+            if e >= 0:
+                live.add(n)
+                n += 1
+            elif ~e not in live:
+                bad(f"op {t}: allocation {~e} is freed twice")
+            else:
+                live.discard(~e)
+        held = [a for v, a in zip(outputs, allocs) if v >= 0]
+        ints(held, 0, n, f"op {t}: output allocation")
+        if any(a not in live for a in held) or len(set(held)) != len(held):
+            bad(f"op {t}: each new output needs an allocation of its own, live at the end")
 
 
 cdef class SizeExecutor(Executor):
@@ -161,10 +222,18 @@ cdef class _ReplayExecutor(SizeExecutor):
                 if s < 0:
                     continue
                 if e.alive[s] and e.offset[s] < 0:
-                    e.c_bind(s, self.alloc_off[a])
-                    self.alloc_off[a] = -1
+                    e.c_bind(s, self._take(a))
         self._free_leftovers()
         return 0
+
+    cdef Py_ssize_t _take(self, int a) except -2:
+        """The offset of the running kernel's allocation a, which now holds an output."""
+        cdef Py_ssize_t off
+        if a < 0 or <size_t>a >= self.alloc_off.size() or self.alloc_off[a] < 0:
+            raise ValueError(f"an output's allocation {a} is not live at the kernel's end")
+        off = self.alloc_off[a]
+        self.alloc_off[a] = -1
+        return off
 
     cdef int _run_events(self, int t, int placement) except -1:
         """A host kernel's allocations and frees, in order; alloc_off keeps their offsets."""
@@ -177,6 +246,8 @@ cdef class _ReplayExecutor(SizeExecutor):
             if ev >= 0:
                 self.alloc_off.push_back(self.engine.c_allocate(ev, placement))
             else:
+                if <size_t>(~ev) >= self.alloc_off.size() or self.alloc_off[~ev] < 0:
+                    raise ValueError(f"a kernel frees allocation {~ev}, which is not live")
                 self.engine.arena.c_free(self.alloc_off[~ev])
                 self.alloc_off[~ev] = -1
         return 0
@@ -211,15 +282,23 @@ cdef class Replayer:
 
     def run(self, start=0, stop=None):
         """Replay records [start, stop); raises OutOfMemoryError, or Thrash."""
-        cdef Py_ssize_t i, end = self.prog.rec_kind.size() if stop is None else stop
+        cdef Py_ssize_t n = self.prog.rec_kind.size()
+        cdef Py_ssize_t i, end = n if stop is None else stop
         cdef int kind, arg
         cdef Engine e = self.engine
+        if not 0 <= start <= end <= n:
+            raise IndexError(f"records [{start}, {end}) are not within the program's {n}")
         for i in range(start, end):
             kind = self.prog.rec_kind[i]
             arg = self.prog.rec_arg[i]
+            if kind != R_CALL and kind != R_MUTATE and kind != R_CONSTANT \
+                    and kind != R_RELEASE and not self.held[arg]:
+                self._unheld(arg, i)
             if kind == R_CALL or kind == R_MUTATE:
                 self._apply(arg, kind == R_MUTATE)
             elif kind == R_CONSTANT:
+                if self.sid_of[arg] >= 0:
+                    raise ValueError(f"record {i}: value {arg} is defined twice")
                 self._define(arg, e.c_constant(self.prog.value_size[arg], -1))
             elif kind == R_RELEASE:
                 if self.held[arg]:
@@ -250,7 +329,13 @@ cdef class Replayer:
 
     def storage_of(self, int v):
         """The engine's storage id of program value v (-1 before it is defined)."""
+        if not 0 <= v < self.prog.n_values:
+            raise IndexError(f"value {v} is not in the program's {self.prog.n_values}")
         return self.sid_of[v]
+
+    cdef int _unheld(self, int v, Py_ssize_t i) except -1:
+        state = "released" if self.sid_of[v] >= 0 else "not defined yet"
+        raise ValueError(f"record {i} uses value {v}, which is {state}")
 
     cdef int _define(self, int v, int s) except -1:
         if self.sid_of[v] >= 0:
@@ -265,8 +350,14 @@ cdef class Replayer:
         cdef Engine e = self.engine
         cdef vector[int] inputs, mutated
         cdef int k, v, o
+        cdef Py_ssize_t a
         for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
+            if not self.held[p.ins[k]]:
+                self._unheld(p.ins[k], self.records)
             inputs.push_back(self.sid_of[p.ins[k]])
+        for k in range(p.out_ptr[t], p.out_ptr[t + 1]):
+            if p.outs[k] >= 0 and self.sid_of[p.outs[k]] >= 0:
+                raise ValueError(f"record {self.records}: value {p.outs[k]} is defined twice")
         o = e.c_begin(inputs, p.cls[t], t)
         e.cost[o] = p.cost[t]
         if mutate:
@@ -284,9 +375,8 @@ cdef class Replayer:
             for k in range(p.out_ptr[t], p.out_ptr[t + 1]):
                 v = p.outs[k]
                 if v >= 0:
-                    self._define(v, e.c_output(o, p.value_size[v],
-                                               self.executor.alloc_off[p.out_alloc[k]]))
-                    self.executor.alloc_off[p.out_alloc[k]] = -1
+                    a = self.executor._take(p.out_alloc[k])
+                    self._define(v, e.c_output(o, p.value_size[v], a))
                 else:
                     e.c_alias(o)
             self.executor._free_leftovers()

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from coop import replay as R
 from coop.models.paper import PAPER_MODELS, record_trace
+from coop.errors import UsageError
 from coop.policies import POLICIES
 
 DEFAULT_POLICIES = ("coop", "dtr", "dte", "lru", "dtr-ideal", "coop-no-partition",
@@ -41,6 +42,8 @@ MARKS = (0.5, 0.3)
 BELOW_BOUND = 0.05
 #: the issue's search-time claim: dtr's total search time at 0.3 over coop's, at least this
 SEARCH_FACTOR = 3.0
+#: the smallest --step: 10,000 ratios per sweep
+MIN_STEP = 1e-4
 #: first columns of runs.csv; the replay's metrics follow, in coop.replay.replay's order
 LEAD = ("model", "policy", "ratio", "budget_bytes")
 
@@ -72,29 +75,32 @@ def _names(text, known, what):
         return []
     for n in names:
         if n not in known:
-            raise SystemExit(f"coop bench: unknown {what} {n!r}; choose from {', '.join(known)}")
+            raise UsageError(f"coop bench: unknown {what} {n[:80]!r}; choose from "
+                             f"{', '.join(known)}")
     if len(set(names)) != len(names):
-        raise SystemExit(f"coop bench: a {what} is named twice in {text!r}")
+        raise UsageError(f"coop bench: a {what} is named twice in {text[:200]!r}")
     return names
 
 
 def check(args):
-    """(models, policies) from args; SystemExit naming the first bad argument."""
+    """(models, policies) from args; UsageError naming the first bad argument."""
     models = _names(args.models, list(PAPER_MODELS), "model")
     policies = _names(args.policies, list(POLICIES), "policy")
     if not policies:
-        raise SystemExit("coop bench: --policies names no policy")
-    if not 0 < args.step < 1:
-        raise SystemExit(f"coop bench: --step must be in (0, 1), got {args.step}")
+        raise UsageError("coop bench: --policies names no policy")
+    if not MIN_STEP <= args.step < 1:
+        raise UsageError(f"coop bench: --step must be in [{MIN_STEP:g}, 1), got {args.step}")
     if args.patience < 1:
-        raise SystemExit(f"coop bench: --patience must be >= 1, got {args.patience}")
+        raise UsageError(f"coop bench: --patience must be >= 1, got {args.patience}")
     if args.jobs < 1:
-        raise SystemExit(f"coop bench: --jobs must be >= 1, got {args.jobs}")
+        raise UsageError(f"coop bench: --jobs must be >= 1, got {args.jobs}")
     for path in args.traces:
         if not os.path.isfile(path):
-            raise SystemExit(f"coop bench: trace {path!r} is not a file")
+            raise UsageError(f"coop bench: trace {path!r} is not a file")
     if not models and not args.traces:
-        raise SystemExit("coop bench: nothing to sweep (--models none and no traces)")
+        raise UsageError("coop bench: nothing to sweep (--models none and no traces)")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"coop bench: --out {args.out!r} is a file, not a directory")
     return models, policies
 
 
@@ -125,9 +131,10 @@ def prepare(models, traces, out, quick=False, rerecord=False):
     for s in sources:
         program = R.load(s["path"])
         base = R.unlimited(program)
-        peak = base["peak_used_bytes"]
+        peak = base["peak_bytes"]    # ratio 1.0: every policy but none completes there
         s.update(records=program.n_records, ops=program.n_ops, cost_first=program.cost_first,
-                 peak_used_bytes=peak, lower_bound_bytes=base["lower_bound_bytes"],
+                 peak_bytes=peak, peak_used_bytes=base["peak_used_bytes"],
+                 lower_bound_bytes=base["lower_bound_bytes"],
                  lower_bound_ratio=base["lower_bound_bytes"] / peak if peak else 0.0,
                  unlimited_wall_time=base["wall_time"])
     return sources
@@ -171,7 +178,7 @@ def sweep(name, path, policy, peak, ratios, patience):
 def run_sweeps(sources, policies, step, patience, jobs, progress=True):
     """Every (source, policy) sweep, over `jobs` processes; rows sorted by source, policy order
     and descending ratio."""
-    tasks = [(s["name"], s["path"], p, s["peak_used_bytes"],
+    tasks = [(s["name"], s["path"], p, s["peak_bytes"],
               sweep_ratios(step, s["lower_bound_ratio"]), patience)
              for s in sources for p in policies]
     size = {s["name"]: s["records"] for s in sources}

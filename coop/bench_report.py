@@ -69,7 +69,7 @@ def tables(summary, policies, rows):
             cells.append("-" if v is None else
                          _ratio(v["min_feasible_ratio"]) + ("*" if v["failures_above_min"] else ""))
         batch = s["batch"] if s["batch"] is not None else "trace"
-        body.append([name, batch, f"{s['peak_used_bytes'] / GIB:.2f}",
+        body.append([name, batch, f"{s['peak_bytes'] / GIB:.2f}",
                      f"{s['lower_bound_ratio']:.2f}", *cells])
     out.append("Minimum feasible budget ratio (smallest ratio that completes; *: some larger "
                "ratio failed, runs are not monotone in the budget):\n")

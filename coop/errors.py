@@ -10,3 +10,7 @@ class OutOfMemoryError(MemoryError):
         self.budget = budget
         self.free = free
         self.largest_free = largest_free
+
+
+class UsageError(ValueError):
+    """A command-line argument that cannot be used: the message names it and the fix."""

@@ -6,6 +6,7 @@ when nothing is evicted) or a number of bytes. The replayer is coop/_replay.pyx:
 residency rules over integer storages, so a trace recorded from a run replays with that run's
 evictions and recomputes.
 """
+import math
 import os
 import time
 
@@ -14,8 +15,8 @@ from coop._engine import Thrash
 from coop._replay import Program, Replayer
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
-from coop.policies import get_policy
-from coop.trace import load
+from coop.policies import POLICIES, get_policy
+from coop.trace import MAX_BYTES, TraceError, load, valid_alignment
 
 __all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
 
@@ -23,7 +24,10 @@ __all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
 DEFAULT_ALIGNMENT = 512
 #: compute overhead above which a run counts as thrashing (docs/design.md#thrash)
 THRASH = 2.0
-_UNLIMITED = 1 << 50
+#: the unlimited run's arena, and the largest budget: 2**62 bytes (an arena's offsets are signed)
+_UNLIMITED = MAX_BYTES
+#: the policies that must complete at ratio 1.0 (`none` never evicts: it needs no fragmentation)
+PEAK_POLICIES = tuple(p for p in POLICIES if p != "none")
 
 
 def _program(trace):
@@ -35,33 +39,62 @@ def _program(trace):
 
 
 def _alignment(program, alignment):
-    return int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
+    if alignment is None:
+        return int(program.meta.get("alignment") or DEFAULT_ALIGNMENT)
+    if not valid_alignment(alignment):
+        raise ValueError(f"alignment must be a power of two in [1, 2**30] bytes, got "
+                         f"{alignment!r}")
+    return alignment
 
 
 def unlimited(trace, alignment=None):
-    """The unlimited run: its metrics, with peak_used_bytes (the budget ratios' denominator)
-    and lower_bound_bytes (docs/design.md's bound, evaluated per op: live constants plus the op's
-    other inputs and outputs)."""
+    """The unlimited run: its metrics, with peak_used_bytes, lower_bound_bytes (docs/design.md's
+    bound, evaluated per op: live constants plus the op's other inputs and outputs) and
+    peak_bytes (the budget ratios' denominator, see `peak`). TraceError if the trace needs
+    more than 2**62 bytes at once."""
     program = _program(trace)
     # placed as under the default policy (coop: partitioned), as runs are recorded: moving a
     # new constant to the low end takes a transient copy, so the peak depends on placement
-    return replay(program, budget=_UNLIMITED, policy="coop", alignment=alignment, thrash=None)
+    result = replay(program, budget=_UNLIMITED, policy="coop", alignment=alignment, thrash=None)
+    if result["status"] != "ok":
+        raise TraceError(f"{program.source}: the trace needs more than 2**62 bytes at once (its "
+                         f"unlimited run stops after {result['records']:,} of "
+                         f"{program.n_records:,} records)")
+    result["peak_bytes"] = _feasible_peak(program, _alignment(program, alignment),
+                                          result["peak_used_bytes"])
+    return result
+
+
+def _feasible_peak(program, align, used):
+    """The smallest budget in steps of 1/64 from the peak used bytes (aligned up) at which
+    every policy but `none` completes: an arena of exactly the used peak can be too
+    fragmented (by constants and a kernel's pinned inputs and temporaries) to complete."""
+    nbytes = max(-(-used // align) * align, align)
+    while True:
+        if all(replay(program, budget=nbytes, policy=p, alignment=align,
+                      thrash=THRASH)["status"] == "ok" for p in PEAK_POLICIES):
+            return nbytes
+        if nbytes >= _UNLIMITED:
+            return _UNLIMITED
+        nbytes = min(-(-(nbytes + max(nbytes // 64, align)) // align) * align, _UNLIMITED)
 
 
 def peak(trace, alignment=None):
-    """Peak used bytes of the trace's unlimited run (what a budget ratio of 1.0 means)."""
-    return unlimited(trace, alignment)["peak_used_bytes"]
+    """What a budget ratio of 1.0 means: the smallest budget, from the unlimited run's peak
+    used bytes up in steps of 1/64, at which every policy but `none` completes."""
+    return unlimited(trace, alignment)["peak_bytes"]
 
 
 def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash=THRASH,
-           peak_bytes=None):
+           peak_bytes=None, check=False):
     """Replay trace (a path or Program) under a budget (bytes: an int or "6GiB") or a ratio of
     its unlimited peak, with one of coop.policies.POLICIES.
 
     Returns a dict: status ("ok", "oom" or "thrash": stopped once the compute overhead passed
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
     searches, search_time (s), fragmentation_rate, largest_free_ratio, peak_used_bytes, records,
-    wall_time (s), records_per_s, and the budget in bytes and as a ratio.
+    wall_time (s), records_per_s, and the budget in bytes and as a ratio. check: verify the
+    arena's invariants at the end (Arena.check: AssertionError if one is broken).
     """
     program = _program(trace)
     ideal = get_policy(policy).ideal
@@ -69,13 +102,20 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         raise ValueError("give exactly one of budget (bytes) and ratio (of the unlimited peak)")
     align = _alignment(program, alignment)
     if ratio is not None:
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
-            raise ValueError(f"ratio must be a number > 0, got {ratio!r}")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) \
+                or not 0 < ratio < math.inf:
+            raise ValueError(f"ratio must be a finite number > 0, got {ratio!r}")
         if peak_bytes is None:
             peak_bytes = peak(program, align)
         nbytes = max(int(ratio * peak_bytes), align)
     else:
         nbytes = parse_budget(budget)
+    if nbytes > _UNLIMITED:
+        raise ValueError(f"a budget of {nbytes:,} bytes is more than an arena holds (2**62 "
+                         "bytes); give a smaller budget or ratio")
+    if thrash is not None and not 0 <= thrash < math.inf:
+        raise ValueError(f"thrash must be a finite number >= 0 (0 or None: never), got "
+                         f"{thrash!r}")
     arena = Arena(nbytes, align, ideal=ideal)
     limit = thrash * program.cost_first if thrash else 0.0
     replayer = Replayer(program, arena, policy, limit)
@@ -89,6 +129,8 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     except Thrash:
         status = "thrash"
     wall = time.perf_counter() - t0
+    if check:
+        arena.check()
     counters = replayer.counters()
     stats = arena.stats()
     cost_first = program.cost_first

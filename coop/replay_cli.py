@@ -4,13 +4,17 @@ core, for one or more policies, and print docs/design.md's metrics.
 A budget is a ratio of the trace's unlimited peak ("0.5") or a size with a unit ("6GiB").
 Example: coop replay run.jsonl --budget 0.5 --policy coop,dtr,dtr-ideal
 """
+import argparse
 import json
+import math
 import os
 import sys
 
 from coop import replay as R
 from coop.budget import parse_budget
+from coop.errors import UsageError
 from coop.policies import POLICIES
+from coop.trace import MAX_BYTES, valid_alignment
 
 ROWS = [  # (label, key, format)
     ("status", "status", "{}"),
@@ -39,10 +43,10 @@ def add_arguments(parser):
                         help=f"one or more, comma-separated, of: {', '.join(POLICIES)}")
     parser.add_argument("--format", choices=("coop", "dtr"), default=None,
                         help="the trace's format (default: sniffed from its first record)")
-    parser.add_argument("--alignment", type=int, default=None,
+    parser.add_argument("--alignment", type=_alignment, default=None,
                         help="arena alignment in bytes (default: the trace's, else "
                              f"{R.DEFAULT_ALIGNMENT})")
-    parser.add_argument("--thrash", type=float, default=R.THRASH,
+    parser.add_argument("--thrash", type=_thrash, default=R.THRASH,
                         help="stop a run once its compute overhead passes this (0: never)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per policy")
     parser.add_argument("--timeline", metavar="OUT.html", default=None,
@@ -51,15 +55,42 @@ def add_arguments(parser):
     parser.set_defaults(run=main)
 
 
+def _alignment(text):
+    """--alignment: a power of two in [1, 2**30]."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not valid_alignment(value):
+        raise argparse.ArgumentTypeError(f"alignment must be a power of two in [1, 2**30] bytes "
+                                         f"(e.g. 512), got {text!r}")
+    return value
+
+
+def _thrash(text):
+    """--thrash: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"thrash must be a finite number >= 0 (0: never stop), "
+                                         f"got {text!r}")
+    return value
+
+
 def parse_ratio_or_size(text):
     """("ratio", float) for "0.5", ("bytes", int) for "6GiB"; ValueError naming the fix."""
     try:
         ratio = float(text)
     except ValueError:
-        return "bytes", parse_budget(text)
-    if not ratio > 0:
-        raise ValueError(f"budget ratio {text!r} must be > 0 (a share of the unlimited peak, "
-                         "e.g. 0.5), or give a size such as 6GiB")
+        nbytes = parse_budget(text)
+        if nbytes > MAX_BYTES:
+            raise ValueError(f"budget {text!r} is more than an arena holds (2**62 bytes)") from None
+        return "bytes", nbytes
+    if not 0 < ratio < math.inf:
+        raise ValueError(f"budget ratio {text!r} must be a finite number > 0 (a share of the "
+                         "unlimited peak, e.g. 0.5), or give a size such as 6GiB")
     return "ratio", ratio
 
 
@@ -75,17 +106,23 @@ def _timelines(args, program, results):
 
 def main(args):
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    if not policies:
+        raise UsageError(f"coop replay: --policy names no policy; choose from "
+                         f"{', '.join(POLICIES)}")
     for p in policies:
         if p not in POLICIES:
-            raise SystemExit(f"coop replay: unknown policy {p!r}; choose from "
+            raise UsageError(f"coop replay: unknown policy {p[:80]!r}; choose from "
                              f"{', '.join(POLICIES)}")
     try:
         kind, value = parse_ratio_or_size(args.budget)
     except ValueError as e:
-        raise SystemExit(f"coop replay: {e}") from None
+        raise UsageError(f"coop replay: {e}") from None
     program = R.load(args.trace, args.format)
     base = R.unlimited(program, args.alignment)
-    peak = base["peak_used_bytes"]
+    peak = base["peak_bytes"]
+    if kind == "ratio" and value * peak > MAX_BYTES:
+        raise UsageError(f"coop replay: budget ratio {args.budget!r} of the peak {peak:,} bytes "
+                         "is more than an arena holds (2**62 bytes)")
     results = []
     for policy in policies:
         budget = dict(ratio=value) if kind == "ratio" else dict(budget=value)
@@ -97,9 +134,10 @@ def main(args):
         for r in results:
             print(json.dumps(r))
         return 0
-    print(f"trace {args.trace}: {program.n_records:,} records, {program.n_ops:,} ops; unlimited "
-          f"peak {peak:,} bytes, lower bound {base['lower_bound_bytes'] / peak:.3f} of it; "
-          f"unlimited cost {program.cost_first / 1e6:,.3f} ms")
+    print(f"trace {args.trace}: {program.n_records:,} records, {program.n_ops:,} ops; peak "
+          f"{peak:,} bytes (ratio 1.0; the unlimited run used {base['peak_used_bytes']:,}), "
+          f"lower bound {base['lower_bound_bytes'] / peak:.3f} of it; unlimited cost "
+          f"{program.cost_first / 1e6:,.3f} ms")
     width = max(len(label) for label, _, _ in ROWS)
     print(f"{'':{width}}  " + "  ".join(f"{p:>14}" for p in policies))
     for label, key, fmt in ROWS:

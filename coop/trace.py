@@ -4,8 +4,15 @@ The trace is of the program, not of its execution under a budget: recomputes and
 not in it, so one trace replays under any budget and policy.
 """
 import json
+import math
+import re
 
 from coop._core import EXPENSIVE
+
+#: the largest size in bytes a trace may give (a value, an allocation): what an arena can hold
+MAX_BYTES = 1 << 62
+#: the largest arena alignment a trace (or `coop replay --alignment`) may give
+MAX_ALIGNMENT = 1 << 30
 
 
 class TraceWriter:
@@ -113,6 +120,30 @@ class TraceError(ValueError):
     """A trace that cannot be read: the message names the file, the line and the problem."""
 
 
+def _int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def valid_alignment(value):
+    """Whether value is an arena alignment a trace or a replay may give: a power of two in
+    [1, 2**30]."""
+    return _int(value) and 0 < value <= MAX_ALIGNMENT and not value & (value - 1)
+
+
+def _show(value):
+    """value as a message quotes it: its repr, cut to 80 characters (one line)."""
+    return repr(value)[:80]
+
+
+def _finite(number):
+    """number as a float, or NaN where it is not finite (or too large for a float)."""
+    try:
+        number = float(number)
+    except OverflowError:
+        return math.nan
+    return number if math.isfinite(number) else math.nan
+
+
 _FIELDS = {   # op -> required fields and their types
     "meta": {},
     "constant": {"id": int, "size": int},
@@ -135,37 +166,47 @@ def check_record(record, where):
     """record, if it is a valid coop trace record; else TraceError naming where and why."""
     if not isinstance(record, dict) or "op" not in record:
         raise TraceError(f"{where}: a record must be a JSON object with an 'op' field, got "
-                         f"{str(record)[:80]}")
+                         f"{_show(record)}")
     kind = record["op"]
-    if kind not in _FIELDS:
-        raise TraceError(f"{where}: unknown record op {kind!r}; known: {', '.join(_FIELDS)}")
+    if not isinstance(kind, str) or kind not in _FIELDS:
+        raise TraceError(f"{where}: unknown record op {_show(kind)}; known: "
+                         f"{', '.join(_FIELDS)}")
     for field, types in _FIELDS[kind].items():
         value = record.get(field)
         if value is None or isinstance(value, bool) or not isinstance(value, types):
             raise TraceError(f"{where}: {kind} record needs field {field!r} "
-                             f"({getattr(types, '__name__', 'number')}), got {value!r}")
-    for field in ("size", "cost"):
-        if field in record and record[field] < 0:
-            raise TraceError(f"{where}: {field} must be >= 0, got {record[field]}")
+                             f"({getattr(types, '__name__', 'number')}), got "
+                             f"{_show(value)}")
+    if "size" in record and not 0 <= record["size"] <= MAX_BYTES:
+        raise TraceError(f"{where}: size must be in [0, 2**62], got {record['size']}")
+    if "cost" in record and not _finite(record["cost"]) >= 0:
+        raise TraceError(f"{where}: cost must be a finite number >= 0 (ns), got "
+                         f"{_show(record['cost'])}")
     if kind == "call":
         for out in record["outputs"]:
-            if not isinstance(out, dict) or not isinstance(out.get("id"), int) \
-                    or not isinstance(out.get("size", 0), int) or out.get("size", 0) < 0:
+            if not isinstance(out, dict) or not _int(out.get("id")) \
+                    or not _int(out.get("size", 0)) or not 0 <= out.get("size", 0) <= MAX_BYTES:
                 raise TraceError(f"{where}: each call output needs an integer 'id' and a size "
-                                 f">= 0, got {out!r}")
+                                 f"in [0, 2**62], got {_show(out)}")
         if not record["outputs"]:
             raise TraceError(f"{where}: call {record['name']!r} has no outputs")
     if kind in ("call", "mutate"):
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in record["inputs"]):
-            raise TraceError(f"{where}: inputs must be integer ids, got {record['inputs']!r}")
+        if not all(_int(i) for i in record["inputs"]):
+            raise TraceError(f"{where}: inputs must be integer ids, got "
+                             f"{_show(record['inputs'])}")
         if record.get("cls", "expensive") not in ("expensive", "cheap"):
-            raise TraceError(f"{where}: cls must be 'expensive' or 'cheap', got {record['cls']!r}")
+            raise TraceError(f"{where}: cls must be 'expensive' or 'cheap', got "
+                             f"{_show(record['cls'])}")
     if kind == "mutate":
-        n = len(record["inputs"])
-        if not record["mutated"] or not all(isinstance(m, int) and 0 <= m < n
-                                            for m in record["mutated"]):
+        inputs, mutated = record["inputs"], record["mutated"]
+        n = len(inputs)
+        if not mutated or not all(_int(m) and 0 <= m < n for m in mutated):
             raise TraceError(f"{where}: mutated must list indices into the {n} inputs, got "
-                             f"{record['mutated']!r}")
+                             f"{_show(mutated)}")
+        # one storage mutated twice would make two old values of one piece
+        if len({inputs[m] for m in mutated}) != len(mutated):
+            raise TraceError(f"{where}: mutated {mutated} names one storage twice (inputs "
+                             f"{[inputs[m] for m in mutated]}); list each mutated storage once")
     return record
 
 
@@ -183,7 +224,8 @@ def dtr_class(name):
 
 def import_dtr(path):
     """Yield (line number, record) in coop's format from a DTR simulator log (JSON lines with
-    an INSTRUCTION field); see docs/trace-format.md for the mapping."""
+    an INSTRUCTION field); see docs/trace-format.md for the mapping. Numbers may be JSON
+    numbers or strings ("MEMORY": "512", as DTR's published logs write them)."""
     names = {}      # name -> storage id
     refs = {}       # storage id -> names (and copies) referring to it
     next_id = 0
@@ -213,7 +255,7 @@ def import_dtr(path):
 
     def lookup(name, lineno):
         if name not in names:
-            raise TraceError(f"{where(lineno)}: unknown name {name!r} (never created, or "
+            raise TraceError(f"{where(lineno)}: unknown name {name[:80]!r} (never created, or "
                              "released)")
         return names[name]
 
@@ -222,43 +264,62 @@ def import_dtr(path):
             raise TraceError(f"{where(lineno)}: {instr} needs field {key!r}")
         return rec[key]
 
-    def memory(lineno, rec, name):
-        if rec.get("INSTRUCTION") != "MEMORY" or rec.get("NAME") != name:
-            raise TraceError(f"{where(lineno)}: expected MEMORY for {name!r}, got {rec!r}")
-        try:
-            size = int(rec["MEMORY"])
-        except (KeyError, TypeError, ValueError):
-            raise TraceError(f"{where(lineno)}: MEMORY needs an integer byte count (a string), "
-                             f"got {rec.get('MEMORY')!r}") from None
-        if size < 0:
-            raise TraceError(f"{where(lineno)}: MEMORY must be >= 0, got {size}")
+    def name_field(rec, key, lineno, instr):
+        value = field(rec, key, lineno, instr)
+        if not isinstance(value, str):
+            raise TraceError(f"{where(lineno)}: {instr} field {key!r} must be a name (a string), "
+                             f"got {_show(value)}")
+        return value
+
+    def names_field(rec, key, lineno, instr):
+        value = field(rec, key, lineno, instr)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TraceError(f"{where(lineno)}: {instr} field {key!r} must be a list of names, "
+                             f"got {_show(value)}")
+        return value
+
+    def follower(lineno, instr, name):
+        """The MEMORY or ALIAS record that must follow for name."""
+        line, rec = _next(lines, path, lineno)
+        if not isinstance(rec, dict) or rec.get("INSTRUCTION") != instr \
+                or rec.get("NAME") != name:
+            raise TraceError(f"{where(line)}: expected {instr} for {name[:80]!r}, got "
+                             f"{_show(rec)}")
+        return line, rec
+
+    def memory(lineno, name):
+        line, rec = follower(lineno, "MEMORY", name)
+        size = _integer(rec.get("MEMORY"))
+        if size is None:
+            raise TraceError(f"{where(line)}: MEMORY needs an integer byte count, got "
+                             f"{_show(rec.get('MEMORY'))}")
+        if not 0 <= size <= MAX_BYTES:
+            raise TraceError(f"{where(line)}: MEMORY must be in [0, 2**62], got {size}")
         return size
 
     lines = _json_lines(path)
     for lineno, rec in lines:
         instr = rec.get("INSTRUCTION") if isinstance(rec, dict) else None
         if instr == "CONSTANT":
-            name = field(rec, "NAME", lineno, instr)
-            size = memory(*_next(lines, path, lineno), name)
+            name = name_field(rec, "NAME", lineno, instr)
+            size = memory(lineno, name)
             sid, next_id = next_id, next_id + 1
             release = bind(name, sid)
             if release:
                 yield lineno, release
             yield lineno, {"op": "constant", "id": sid, "size": size}
         elif instr == "CALL":
-            results = field(rec, "RESULT", lineno, instr)
-            inputs = [lookup(a, lineno) for a in field(rec, "ARGS", lineno, instr)]
+            results = names_field(rec, "RESULT", lineno, instr)
+            inputs = [lookup(a, lineno) for a in names_field(rec, "ARGS", lineno, instr)]
             outputs, bound = [], []
             for name in results:
-                size = memory(*_next(lines, path, lineno), name)
-                alias_line, alias_rec = _next(lines, path, lineno)
-                if alias_rec.get("INSTRUCTION") != "ALIAS" or alias_rec.get("NAME") != name:
-                    raise TraceError(f"{where(alias_line)}: expected ALIAS for {name!r}, got "
-                                     f"{alias_rec!r}")
-                alias = alias_rec.get("ALIAS")
-                if not isinstance(alias, int) or not -1 <= alias < len(inputs):
+                size = memory(lineno, name)
+                alias_line, alias_rec = follower(lineno, "ALIAS", name)
+                alias = _integer(alias_rec.get("ALIAS"))
+                if alias is None or not -1 <= alias < len(inputs):
                     raise TraceError(f"{where(alias_line)}: ALIAS must be -1 or an index into "
-                                     f"the {len(inputs)} args, got {alias!r}")
+                                     f"the {len(inputs)} args, got "
+                                     f"{_show(alias_rec.get('ALIAS'))}")
                 if alias >= 0:
                     sid = inputs[alias]
                     outputs.append({"id": sid, "size": 0, "alias": alias})
@@ -266,32 +327,35 @@ def import_dtr(path):
                     sid, next_id = next_id, next_id + 1
                     outputs.append({"id": sid, "size": size, "alias": -1})
                 bound.append((name, sid))
-            name = str(field(rec, "NAME", lineno, instr))
-            yield lineno, {"op": "call", "name": name, "inputs": inputs, "outputs": outputs,
-                           "cost": _time(rec, lineno, path), "cls": dtr_class(name)}
+            name = str(field(rec, "NAME", lineno, instr))[:200]
+            yield lineno, check_record(
+                {"op": "call", "name": name, "inputs": inputs, "outputs": outputs,
+                 "cost": _time(rec, lineno, path), "cls": dtr_class(name)}, where(lineno))
             for out_name, sid in bound:
                 release = bind(out_name, sid)
                 if release:
                     yield lineno, release
         elif instr == "MUTATE":
-            inputs = [lookup(a, lineno) for a in field(rec, "ARGS", lineno, instr)]
+            inputs = [lookup(a, lineno) for a in names_field(rec, "ARGS", lineno, instr)]
             mutated = field(rec, "MUTATE", lineno, instr)
-            name = str(field(rec, "NAME", lineno, instr))
+            if isinstance(mutated, list):
+                mutated = [m if (m := _integer(v)) is not None else v for v in mutated]
+            name = str(field(rec, "NAME", lineno, instr))[:200]
             yield lineno, check_record(
                 {"op": "mutate", "name": name, "inputs": inputs, "mutated": mutated,
                  "cost": _time(rec, lineno, path), "cls": dtr_class(name)}, where(lineno))
         elif instr in ("COPY", "COPY_FROM"):
-            src = lookup(field(rec, "SRC", lineno, instr), lineno)
-            dst = field(rec, "DST", lineno, instr)
+            src = lookup(name_field(rec, "SRC", lineno, instr), lineno)
+            dst = name_field(rec, "DST", lineno, instr)
             if instr == "COPY" and dst in names:
-                raise TraceError(f"{where(lineno)}: COPY to {dst!r}, which already names a "
+                raise TraceError(f"{where(lineno)}: COPY to {dst[:80]!r}, which already names a "
                                  "value (COPY_FROM reassigns)")
             release = bind(dst, src)
             yield lineno, {"op": "access", "id": src}
             if release:
                 yield lineno, release
         elif instr == "RELEASE":
-            release = drop(field(rec, "NAME", lineno, instr))
+            release = drop(name_field(rec, "NAME", lineno, instr))
             if release:
                 yield lineno, release
         elif instr == "ANNOTATE":
@@ -300,19 +364,63 @@ def import_dtr(path):
         elif instr in ("MEMORY", "ALIAS"):
             raise TraceError(f"{where(lineno)}: {instr} outside a CONSTANT or CALL")
         else:
-            raise TraceError(f"{where(lineno)}: unknown record {instr!r}; a DTR log has "
-                             "CONSTANT, MEMORY, CALL, ALIAS, MUTATE, COPY, COPY_FROM, RELEASE "
-                             "and ANNOTATE records")
+            raise TraceError(f"{where(lineno)}: unknown record {str(instr)[:80]!r}; a DTR log "
+                             "has CONSTANT, MEMORY, CALL, ALIAS, MUTATE, COPY, COPY_FROM, "
+                             "RELEASE and ANNOTATE records")
+
+
+#: the deepest JSON nesting a trace line may have (a record is flat; lists hold numbers)
+MAX_DEPTH = 32
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number a trace may hold")
 
 
 def _json_lines(path):
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise TraceError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+    """(line number, parsed JSON) per non-blank line; TraceError for a file that cannot be
+    read, text that is not UTF-8, a line that is not JSON, NaN or Infinity, deep nesting."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
+    with f:
+        lineno = 0
+        try:
+            for lineno, raw in enumerate(f, 1):
+                line = raw.decode("utf-8")
+                if line.strip():
+                    yield lineno, _parse(line, path, lineno)
+        except UnicodeDecodeError:
+            raise TraceError(f"{path}:{lineno}: not UTF-8 text (a trace is JSON lines in "
+                             "UTF-8)") from None
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
+
+
+def _parse(line, path, lineno):
+    try:
+        record = json.loads(line, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:   # NaN, Infinity, a 5,000-digit number, nesting
+        raise TraceError(f"{path}:{lineno}: not a JSON record coop reads "
+                         f"({str(e)[:80] or type(e).__name__})") from None
+    if max(line.count("["), line.count("{")) > MAX_DEPTH and _depth(record) > MAX_DEPTH:
+        raise TraceError(f"{path}:{lineno}: JSON nested deeper than {MAX_DEPTH} levels")
+    return record
+
+
+def _depth(value):
+    """How deep lists and objects nest in a parsed JSON value (iterative: no recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict)
+                                                   else value))
+    return deepest
 
 
 def _next(lines, path, lineno):
@@ -322,14 +430,31 @@ def _next(lines, path, lineno):
         raise TraceError(f"{path}:{lineno}: the log ends inside this record") from None
 
 
+_INTEGER = re.compile(r"\s*-?\d{1,19}\s*")
+
+
+def _integer(value):
+    """An int from a DTR number: an int, or a string of digits; None for anything else."""
+    if _int(value):
+        return value
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        return int(value)
+    return None
+
+
 def _time(rec, lineno, path):
-    try:
-        t = float(rec["TIME"])
-    except (KeyError, TypeError, ValueError):
-        raise TraceError(f"{path}:{lineno}: {rec.get('INSTRUCTION')} needs a TIME in ns, got "
-                         f"{rec.get('TIME')!r}") from None
-    if not t >= 0:
-        raise TraceError(f"{path}:{lineno}: TIME must be >= 0, got {t}")
+    value = rec.get("TIME")
+    t = None
+    if _int(value) or isinstance(value, float):
+        t = float(value)
+    elif isinstance(value, str) and len(value) < 40:
+        try:
+            t = float(value)
+        except ValueError:
+            pass
+    if t is None or not (math.isfinite(t) and t >= 0):
+        raise TraceError(f"{path}:{lineno}: {rec.get('INSTRUCTION')} needs a TIME in ns (a "
+                         f"finite number >= 0, or one as a string), got {_show(value)}")
     return t
 
 
@@ -428,11 +553,13 @@ def compile_program(records, where="<records>"):
                         raise TraceError(f"{loc(lineno)}: id {out['id']} is defined twice")
                     seen.add(out["id"])
                     outputs.append(out["id"])
-                    allocs.append(out.get("alloc", -1))
+                    allocs.append(out.get("alloc"))
             else:
                 mutated = list(r["mutated"])
             if events is not None:
                 _check_events(events, allocs, loc(lineno))
+            else:
+                allocs = [-1] * len(allocs)
             outputs = [value(o, out["size"]) if o != -1 else -1
                        for o, out in zip(outputs, r.get("outputs", []))]
             ops.append((inputs, outputs, allocs, mutated, events, float(r["cost"]),
@@ -455,22 +582,40 @@ def compile_program(records, where="<records>"):
         elif kind == "meta":
             meta.update(r)
     meta.pop("op", None)
-    return Program(len(sizes), sizes, out_records, ops, names, meta)
+    align = meta.get("alignment")
+    if align is not None and not valid_alignment(align):
+        raise TraceError(f"{where}: the meta record's alignment must be a power of two in "
+                         f"[1, 2**30], got {_show(align)}")
+    if not math.isfinite(sum(op[5] for op in ops)):
+        raise TraceError(f"{where}: the ops' costs add up to more than a float holds; give "
+                         "costs in ns")
+    return Program(len(sizes), sizes, out_records, ops, names, meta, where)
 
 
 def _check_events(events, allocs, where):
-    if not isinstance(events, list) or not all(isinstance(e, int) and not isinstance(e, bool)
-                                               for e in events):
-        raise TraceError(f"{where}: allocs must be a list of integers, got {events!r}")
+    if not isinstance(events, list) or not all(_int(e) for e in events):
+        raise TraceError(f"{where}: allocs must be a list of integers, got {_show(events)}")
     n, freed = 0, set()
     for e in events:
+        if e > MAX_BYTES:
+            raise TraceError(f"{where}: allocs allocates {e} bytes, more than 2**62")
         if e >= 0:
             n += 1
         elif ~e >= n or ~e in freed:
             raise TraceError(f"{where}: allocs frees allocation {~e}, which is not live")
         else:
             freed.add(~e)
+    held = set()
     for a in allocs:
-        if a != -1 and (not isinstance(a, int) or not 0 <= a < n or a in freed):
-            raise TraceError(f"{where}: an output's alloc {a!r} is not an allocation live at "
-                             "the kernel's end")
+        if a is None:
+            raise TraceError(f"{where}: an output has no 'alloc': with 'allocs', each new "
+                             "output names the allocation that holds it")
+        if a == -1:        # a view: no memory of its own
+            continue
+        if not _int(a) or not 0 <= a < n or a in freed:
+            raise TraceError(f"{where}: an output's alloc {_show(a)} is not an allocation "
+                             "live at the kernel's end")
+        if a in held:
+            raise TraceError(f"{where}: two outputs name alloc {a}; each new output has an "
+                             "allocation of its own")
+        held.add(a)
