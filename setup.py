@@ -1,6 +1,8 @@
 """Extensions and compiler directives only; metadata lives in pyproject.toml.
 
-COOP_DEBUG=1 builds with bounds/wraparound checks on (and without -O3).
+COOP_DEBUG=1 builds with bounds/wraparound checks on, C++ container indices checked too
+(libstdc++'s _GLIBCXX_ASSERTIONS: Cython's bounds checks do not cover libcpp.vector), and
+without -O3.
 """
 import os
 
@@ -17,7 +19,7 @@ directives = {
     "initializedcheck": DEBUG,
     "cdivision": True,
 }
-compile_args = ["-O0", "-g"] if DEBUG else ["-O3"]
+compile_args = ["-O0", "-g", "-D_GLIBCXX_ASSERTIONS"] if DEBUG else ["-O3"]
 
 
 def extension(name, uses_numpy=False):
