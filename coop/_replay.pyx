@@ -290,6 +290,7 @@ cdef class Replayer:
     cdef vector[int] sid_of            # program value -> engine storage, -1 before defined
     cdef vector[unsigned char] held    # the program holds the value (defined, not released)
     cdef readonly long long records
+    cdef readonly int last_op          # the program op of the last call or mutate run, or -1
 
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0):
         self.prog = prog
@@ -298,6 +299,7 @@ cdef class Replayer:
         self.engine = Engine(arena, policy, self.executor, thrash_cost)
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
+        self.last_op = -1
 
     def run(self, start=0, stop=None):
         """Replay records [start, stop); raises OutOfMemoryError, or Thrash."""
@@ -377,6 +379,7 @@ cdef class Replayer:
         for k in range(p.out_ptr[t], p.out_ptr[t + 1]):
             if p.outs[k] >= 0 and self.sid_of[p.outs[k]] >= 0:
                 raise ValueError(f"record {self.records}: value {p.outs[k]} is defined twice")
+        self.last_op = t
         o = e.c_begin(inputs, p.cls[t], t)
         e.cost[o] = p.cost[t]
         if mutate:
