@@ -174,14 +174,19 @@ def test_the_simulator_decides_alike_twice_and_like_the_host_backend():
             assert stats["evictions"] == stats["recomputes"] == 0
 
 
-def test_the_simulator_needs_shape_rules():
+def test_the_simulator_needs_shape_rules(tmp_path):
     rt = coop.Runtime(coop.SimBackend("1MiB"))
-    x = rt.tensor(((4, 4), np.float32))
-    assert x.storage.nbytes == 64 and rt.arena.storage_info(x.storage.sid)["evictable"] is False
-    with pytest.raises(TypeError, match="kernel 'add_scalar' has no shape rule"):
-        rt.apply(ADDC, x, c=1.0)
+    path = tmp_path / "sim.jsonl"
+    with rt.record(path):
+        x = rt.tensor(((4, 4), np.float32))
+        assert x.storage.nbytes == 64 and rt.arena.storage_info(x.storage.sid)["evictable"] is False
+        with pytest.raises(TypeError, match="kernel 'add_scalar' has no shape rule"):
+            rt.apply(ADDC, x, c=1.0)
     assert rt.pinned() == {}
     rt.arena.check()
+    # the failed call is in the trace, without allocations (the simulator runs no kernel)
+    assert records(path)[2] == {"op": "call", "name": "add_scalar", "inputs": [0],
+                                "outputs": [], "cost": 0, "cls": "cheap", "failed": True}
 
 
 class Boom(Exception):
