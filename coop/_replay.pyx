@@ -48,11 +48,13 @@ cdef class Program:
     cdef vector[unsigned char] has_events
     cdef vector[double] cost
     cdef vector[unsigned char] cls
+    cdef vector[unsigned char] failed        # the op's kernel failed: its first run aborts
 
     def __init__(self, int n_values, sizes, records, ops, names, meta=None, source="<records>"):
         """records: [(kind, arg)]; ops: [(inputs, outputs, out_allocs, mutated, events or
-        None, cost, cls)]. Every index is checked here (ValueError), so that a replay, which
-        reads them unchecked, never reads outside its arrays."""
+        None, cost, cls[, failed])] (failed: a bool, False when left out). Every index is
+        checked here (ValueError), so that a replay, which reads them unchecked, never reads
+        outside its arrays."""
         _check_program(n_values, sizes, records, ops, names)
         self.n_values = n_values
         self.value_size = sizes
@@ -67,7 +69,9 @@ cdef class Program:
         self.mut_ptr.push_back(0)
         self.ev_ptr.push_back(0)
         self.cost_first = 0.0
-        for inputs, outputs, allocs, mutated, events, cost, cls in ops:
+        for op in ops:
+            inputs, outputs, allocs, mutated, events, cost, cls = op[:7]
+            failed = len(op) > 7 and op[7]
             for v in inputs:
                 self.ins.push_back(v)
             self.in_ptr.push_back(self.ins.size())
@@ -84,12 +88,20 @@ cdef class Program:
             self.ev_ptr.push_back(self.evs.size())
             self.cost.push_back(cost)
             self.cls.push_back(cls)
-            self.cost_first += cost
+            self.failed.push_back(failed)
+            if not failed:        # a failed op costs nothing: its first run never finished
+                self.cost_first += cost
         self.n_ops = len(self.names)
 
     @property
     def n_records(self):
         return self.rec_kind.size()
+
+    def op_failed(self, int t):
+        """Whether op t's kernel failed (its record says "failed": true)."""
+        if not 0 <= t < self.n_ops:
+            raise IndexError(f"op {t} is not in the program's {self.n_ops}")
+        return bool(self.failed[t])
 
     def __repr__(self):
         return (f"<coop.trace.Program records={self.rec_kind.size()} ops={self.n_ops} "
@@ -119,7 +131,14 @@ def _check_program(n_values, sizes, records, ops, names):
             bad(f"record {i}: op {arg} mutates its inputs: its record is a mutate")
         if kind == R_MUTATE and (not ops[arg][3] or ops[arg][1]):
             bad(f"record {i}: op {arg} of a mutate record needs mutated inputs and no outputs")
-    for t, (inputs, outputs, allocs, mutated, events, cost, cls) in enumerate(ops):
+    for t, op in enumerate(ops):
+        if len(op) not in (7, 8):
+            bad(f"op {t} has {len(op)} fields, not 7 or 8")
+        inputs, outputs, allocs, mutated, events, cost, cls = op[:7]
+        if len(op) == 8 and not isinstance(op[7], bool):
+            bad(f"op {t}: failed {op[7]!r} is not a bool")
+        if len(op) == 8 and op[7] and outputs:
+            bad(f"op {t}: a failed op has no outputs")
         ints(inputs, 0, n_values, f"op {t}: input value")
         ints(outputs, -1, n_values, f"op {t}: output value")
         if len({v for v in outputs if v >= 0}) != len([v for v in outputs if v >= 0]):
@@ -271,6 +290,7 @@ cdef class Replayer:
     cdef vector[int] sid_of            # program value -> engine storage, -1 before defined
     cdef vector[unsigned char] held    # the program holds the value (defined, not released)
     cdef readonly long long records
+    cdef readonly int last_op          # the program op of the last call or mutate run, or -1
 
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0):
         self.prog = prog
@@ -279,6 +299,7 @@ cdef class Replayer:
         self.engine = Engine(arena, policy, self.executor, thrash_cost)
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
+        self.last_op = -1
 
     def run(self, start=0, stop=None):
         """Replay records [start, stop); raises OutOfMemoryError, or Thrash."""
@@ -358,6 +379,7 @@ cdef class Replayer:
         for k in range(p.out_ptr[t], p.out_ptr[t + 1]):
             if p.outs[k] >= 0 and self.sid_of[p.outs[k]] >= 0:
                 raise ValueError(f"record {self.records}: value {p.outs[k]} is defined twice")
+        self.last_op = t
         o = e.c_begin(inputs, p.cls[t], t)
         e.cost[o] = p.cost[t]
         if mutate:
@@ -365,9 +387,19 @@ cdef class Replayer:
                 mutated.push_back(p.muts[k])
             e.c_prepare_inplace(o, mutated)
             if p.has_events[t]:
-                self.executor._run_events(t, e.placement_of[o])
-                self.executor._free_leftovers()
-            e.c_finish_inplace(o)
+                self._kernel_events(o, t)
+            if p.failed[t]:
+                # the kernel failed: each mutated S keeps what it holds, as a constant
+                e.c_fail_inplace(o)
+            else:
+                e.c_finish_inplace(o)
+            return 0
+        if p.failed[t]:
+            # a call whose kernel failed: its inputs were made resident (c_begin), its
+            # allocations made room; then the op aborts
+            if p.has_events[t]:
+                self._kernel_events(o, t)
+            e.c_abort(o)
             return 0
         if p.has_events[t]:
             # a host kernel: its allocations are anonymous until it returns
@@ -388,6 +420,13 @@ cdef class Replayer:
                 else:
                     e.c_alias(o)
         e.c_finish(o)
+        return 0
+
+    cdef int _kernel_events(self, int o, int t) except -1:
+        """The allocations and frees of a kernel that leaves no output; what it leaves
+        allocated is freed after it."""
+        self.executor._run_events(t, self.engine.placement_of[o])
+        self.executor._free_leftovers()
         return 0
 
     def counters(self):

@@ -259,8 +259,13 @@ class Runtime:
         try:
             out_views, cost = self._executor.first_run(
                 self, o, rec, placement if self._partition else EXPENSIVE, self._timed)
-        finally:
-            log = self.arena.take_log() if trace is not None else None
+        except BaseException:
+            if trace is not None:   # the engine made the inputs resident, the kernel allocated
+                log = self.arena.take_log()
+                trace.failed_call(rec.kernel.name, [v.sid for v in rec.inputs],
+                                  _cls_name(placement), self._kernel_allocs(log))
+            raise
+        log = self.arena.take_log() if trace is not None else None
         if trace is not None:
             self._trace_call(rec, out_views, cost, placement, log)
         if len(out_views) == 1:
@@ -281,17 +286,26 @@ class Runtime:
         try:
             # the first run mutates S itself; only a recompute reads the old value
             elapsed = executor.mutate(o, rec, placement if self._partition else EXPENSIVE)
-        finally:
-            log = self.arena.take_log() if trace is not None else None
+        except BaseException:
+            if trace is not None:   # S became a constant holding what the kernel left
+                log = self.arena.take_log()
+                trace.mutate(rec.kernel.name, [v.sid for v in rec.inputs], i, 0,
+                             _cls_name(placement), self._kernel_allocs(log), failed=True)
+            raise
+        log = self.arena.take_log() if trace is not None else None
         cost = self._cost(rec, elapsed, [target.spec])
         if trace is not None:
             # the program's storages, before the old value replaces S in the records
-            allocs = _allocs(log)[0] if executor.logs_allocations else None
+            allocs = self._kernel_allocs(log)
             trace.mutate(rec.kernel.name, [v.sid for v in rec.inputs], i, cost,
                          _cls_name(placement), allocs)
         engine.finish_inplace(o, cost)
         executor.record(o, rec)
         return Tensor(target)
+
+    def _kernel_allocs(self, log):
+        """A host kernel's allocation events for its trace record (None off the host)."""
+        return _allocs(log)[0] if self._executor.logs_allocations else None
 
     def _placement(self, rec):
         """The placement class of the op's outputs, decided before they are placed."""

@@ -157,7 +157,7 @@ class _Log:
         first_run = after["ops"] > before["ops"]
         moved = after["moves"] > before["moves"]
         released = after["releases"] > before["releases"] and not first_run
-        name = self.names[before["ops"]] if first_run else ""
+        name = self.names[self.replayer.last_op] if first_run else ""
         engine = self.engine
         known = dict(self.owner)          # storages known before this record
         was = dict(self.resident)

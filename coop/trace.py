@@ -94,9 +94,22 @@ class TraceWriter:
             record["allocs"] = allocs
         self._write(record)
 
-    def mutate(self, name, inputs, index, cost, cls, allocs=None):
+    def mutate(self, name, inputs, index, cost, cls, allocs=None, failed=False):
+        """failed: the kernel raised (or was interrupted) after it may have written the input:
+        the input's storage keeps what it holds, as a constant (docs/trace-format.md)."""
         record = {"op": "mutate", "name": name, "inputs": [self._ref(s) for s in inputs],
                   "mutated": [index], "cost": cost, "cls": cls}
+        if allocs is not None:
+            record["allocs"] = allocs
+        if failed:
+            record["failed"] = True
+        self._write(record)
+
+    def failed_call(self, name, inputs, cls, allocs=None):
+        """A call whose kernel raised (or was interrupted): no outputs, no cost; its inputs
+        were made resident and its allocations made room (docs/trace-format.md)."""
+        record = {"op": "call", "name": name, "inputs": [self._ref(s) for s in inputs],
+                  "outputs": [], "cost": 0, "cls": cls, "failed": True}
         if allocs is not None:
             record["allocs"] = allocs
         self._write(record)
@@ -182,13 +195,19 @@ def check_record(record, where):
     if "cost" in record and not _finite(record["cost"]) >= 0:
         raise TraceError(f"{where}: cost must be a finite number >= 0 (ns), got "
                          f"{_show(record['cost'])}")
+    if kind in ("call", "mutate") and type(record.get("failed", False)) is not bool:
+        raise TraceError(f"{where}: failed must be true or false, got "
+                         f"{_show(record['failed'])}")
     if kind == "call":
         for out in record["outputs"]:
             if not isinstance(out, dict) or not _int(out.get("id")) \
                     or not _int(out.get("size", 0)) or not 0 <= out.get("size", 0) <= MAX_BYTES:
                 raise TraceError(f"{where}: each call output needs an integer 'id' and a size "
                                  f"in [0, 2**62], got {_show(out)}")
-        if not record["outputs"]:
+        if record.get("failed") is True and record["outputs"]:
+            raise TraceError(f"{where}: failed call {record['name']!r} has outputs; a failed "
+                             "call's outputs are []")
+        if not record["outputs"] and record.get("failed") is not True:
             raise TraceError(f"{where}: call {record['name']!r} has no outputs")
     if kind in ("call", "mutate"):
         if not all(_int(i) for i in record["inputs"]):
@@ -563,7 +582,7 @@ def compile_program(records, where="<records>"):
             outputs = [value(o, out["size"]) if o != -1 else -1
                        for o, out in zip(outputs, r.get("outputs", []))]
             ops.append((inputs, outputs, allocs, mutated, events, float(r["cost"]),
-                        cost_kind[r.get("cls", "expensive")]))
+                        cost_kind[r.get("cls", "expensive")], r.get("failed", False)))
             names.append(r["name"])
             out_records.append((KINDS[kind], len(ops) - 1))
         elif kind in ("release", "access", "materialize"):
@@ -586,7 +605,7 @@ def compile_program(records, where="<records>"):
     if align is not None and not valid_alignment(align):
         raise TraceError(f"{where}: the meta record's alignment must be a power of two in "
                          f"[1, 2**30], got {_show(align)}")
-    if not math.isfinite(sum(op[5] for op in ops)):
+    if not math.isfinite(sum(op[5] for op in ops if not op[7])):
         raise TraceError(f"{where}: the ops' costs add up to more than a float holds; give "
                          "costs in ns")
     return Program(len(sizes), sizes, out_records, ops, names, meta, where)

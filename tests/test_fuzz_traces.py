@@ -1,5 +1,5 @@
 """Fuzzing every way a trace gets in: coop traces (host traces with `allocs`, generated or
-recorded from a run, and plain ones), DTR logs (valid, numbers as strings, mutated, truncated,
+recorded from a run, and plain ones; with failed kernels), DTR logs (valid, numbers as strings, mutated, truncated,
 garbage bytes) and raw bytes, through coop.replay in-process, `coop replay` in-process and
 `python -m coop replay` as a process.
 
@@ -76,6 +76,7 @@ def mutated(draw, records):
             record[draw(st.sampled_from(keys))] = draw(JSON)
         elif edit == "add field":
             record[draw(st.sampled_from(["alloc", "allocs", "alias", "settle", "cls", "mutated",
+                                         "failed",
                                          "ALIAS", "MEMORY", "TIME"]))] = draw(JSON)
         elif edit == "drop":
             records.pop(k)
@@ -135,6 +136,14 @@ def coop_records(draw, host):
             records.append({"op": "constant", "id": next_id, "size": draw(SIZES)})
             live.append(next_id)
             next_id += 1
+        elif kind == "call" and draw(st.integers(0, 5)) == 0:     # a kernel that failed
+            inputs = draw(st.lists(st.sampled_from(live), max_size=3)) if live else []
+            record = {"op": "call", "name": "fail", "inputs": inputs, "outputs": [],
+                      "cost": 0, "cls": draw(st.sampled_from(["expensive", "cheap"])),
+                      "failed": True}
+            if host:
+                record["allocs"] = allocs(draw, [], 0)
+            records.append(record)
         elif kind == "call":
             inputs = draw(st.lists(st.sampled_from(live), max_size=3)) if live else []
             outputs, n_new = [], 0
@@ -160,6 +169,8 @@ def coop_records(draw, host):
             mutated_ = draw(st.lists(st.sampled_from(distinct), min_size=1, unique=True))
             record = {"op": "mutate", "name": "add_", "inputs": inputs, "mutated": mutated_,
                       "cost": draw(st.floats(0, 1e6)), "cls": "cheap"}
+            if draw(st.integers(0, 3)) == 0:
+                record["failed"] = True
             if host:
                 record["allocs"] = allocs(draw, [], 0)
             records.append(record)
@@ -194,7 +205,8 @@ def allocs(draw, outputs, n_new):
 
 @functools.cache
 def recorded():
-    """The records of a recorded host run (a small MLP's training step with AdamW)."""
+    """The records of a recorded host run (a small MLP's training step with AdamW, and an
+    in-place kernel that writes a parameter and fails)."""
     import coop
     from coop.optim import AdamW
     rt = coop.Runtime(coop.numpy_allocator("16MiB"), cost="cpu")
@@ -204,12 +216,23 @@ def recorded():
             x, targets, params = deep_mlp(rt, depth=2, width=8, batch=4)
             opt = AdamW(params, lr=1e-2)
             loss = deep_mlp_loss(x, targets, params)
+            try:
+                rt.apply(coop.Kernel(_write_then_fail, name="fail_", inplace=0), params[0])
+            except ValueError:
+                pass
             loss.backward()
             del loss
             opt.step()
             opt.zero_grad()
         with open(path) as f:
-            return [json.loads(line) for line in f]
+            records = [json.loads(line) for line in f]
+    assert sum(r.get("failed", False) for r in records) == 1
+    return records
+
+
+def _write_then_fail(a):
+    a *= 2.0
+    raise ValueError("the kernel failed")
 
 
 def coop_files(host):

@@ -318,6 +318,15 @@ def test_a_bad_dtr_log_names_its_line(tmp_path, lines, message):
     ([{"op": "call", "name": "f", "inputs": [], "outputs": [], "cost": 1}],
      r"t.jsonl:1: call 'f' has no outputs"),
     ([{"op": "materialize", "id": 3}], r"t.jsonl:1: id 3 is used but never defined"),
+    ([{"op": "constant", "id": 0, "size": 8},
+      {"op": "mutate", "name": "f_", "inputs": [0], "mutated": [0], "cost": 0, "failed": 1}],
+     r"t.jsonl:2: failed must be true or false, got 1"),
+    ([{"op": "call", "name": "f", "inputs": [], "outputs": [], "cost": 0, "failed": "yes"}],
+     r"t.jsonl:1: failed must be true or false, got 'yes'"),
+    ([{"op": "call", "name": "f", "inputs": [], "outputs": [], "cost": 0, "failed": False}],
+     r"t.jsonl:1: call 'f' has no outputs"),
+    ([{"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 1, "size": 8}], "cost": 0,
+       "failed": True}], r"t.jsonl:1: failed call 'f' has outputs; a failed call's outputs"),
 ])
 def test_a_bad_coop_trace_names_its_line(tmp_path, records, message):
     path = write_lines(tmp_path / "t.jsonl", records)
@@ -430,6 +439,9 @@ def test_a_dtr_log_may_write_every_number_as_a_string(tmp_path):
     ([([], [0], [-1], [], None, 1.0, 0)], [(9, 0)], "record 0: kind 9"),
     ([([], [0], [-1], [], None, float("nan"), 0)], [(1, 0)], "cost nan"),
     ([([0], [], [], [0], None, 1.0, 0)], [(0, 0), (1, 0)], "record 1: op 0 mutates"),
+    ([([0], [], [], [0], None, 1.0, 0, 1)], [(0, 0), (2, 0)], "op 0: failed 1 is not a bool"),
+    ([([], [0], [-1], [], None, 1.0, 0, True)], [(1, 0)], "op 0: a failed op has no outputs"),
+    ([([], [0], [-1], [], None, 1.0, 0, False, 0)], [(1, 0)], "op 0 has 9 fields"),
 ])
 def test_a_program_built_by_hand_has_every_index_checked(ops, records, message):
     from coop._replay import Program
@@ -535,3 +547,101 @@ def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
     assert "unknown policy 'belady'" in capsys.readouterr().err
     assert main(["replay", str(resnet_trace), "--budget", "-3"]) == 2
     assert "budget ratio '-3' must be a finite number > 0" in capsys.readouterr().err
+
+
+# ---- failed kernels: the trace keeps what a failure did --------------------------------------------
+
+class Boom(Exception):
+    pass
+
+
+def _layer(a):
+    return np.tanh(a) * 1.25 + 0.1
+
+
+def _grad(g, h):
+    return g * (1.0 - h * h) + h
+
+
+def _write_then_raise(a, error):
+    """An in-place kernel that makes a temporary, writes part of its input, then fails."""
+    tmp = a * 2.0
+    a[: a.shape[0] // 2] += tmp[: a.shape[0] // 2]
+    raise error("the kernel failed")
+
+
+def _allocate_then_raise(a, b, error):
+    tmp = a + b                     # a temporary the engine has to find room for
+    raise error(f"the kernel failed after {tmp.nbytes} bytes")
+
+
+LAYER = coop.Kernel(_layer, name="layer")
+GRAD = coop.Kernel(_grad, name="grad")
+SCALE_ = coop.Kernel(lambda a: np.multiply(a, 0.5, out=a), name="scale_", inplace=0)
+FAIL_ = coop.Kernel(_write_then_raise, name="fail_", inplace=0)
+FAIL = coop.Kernel(_allocate_then_raise, name="fail")
+
+
+def train_with_failures(rt, failures, steps=2, depth=14, n=4096):
+    """A training-like loop: a chain of layers kept for a backward pass that reads them all
+    (recomputing what was evicted), a parameter updated in place. failures: (layer, kernel,
+    error) run after that layer of every step and caught, as a program that handles a failed
+    kernel (or an interrupt) and carries on does."""
+    rng = np.random.default_rng(0)
+    w = rt.tensor(rng.standard_normal(n))
+    for _ in range(steps):
+        hs = [rt.apply(LAYER, w)]
+        for i in range(1, depth):
+            hs.append(rt.apply(LAYER, hs[-1]))
+            for at, kernel, error in failures:
+                if at == i:
+                    args = (hs[i - 1],) if kernel is FAIL_ else (hs[1], hs[i - 1])
+                    with pytest.raises(error, match="the kernel failed"):
+                        rt.apply(kernel, *args, error=error)
+        g = hs[-1]
+        for h in reversed(hs[:-1]):
+            g = rt.apply(GRAD, g, h)
+        del hs
+        rt.apply(SCALE_, w)
+        w = rt.apply(LAYER, rt.apply(GRAD, g, w))
+        del g
+
+
+FAILURES = {
+    "in-place raises": [(6, FAIL_, Boom)],
+    "in-place interrupted": [(9, FAIL_, KeyboardInterrupt)],
+    "plain call raises": [(8, FAIL, Boom)],
+    "plain call interrupted": [(5, FAIL, KeyboardInterrupt)],
+    "all": [(4, FAIL_, Boom), (7, FAIL, KeyboardInterrupt), (10, FAIL_, KeyboardInterrupt),
+            (12, FAIL, Boom)],
+}
+
+
+@pytest.mark.parametrize("failures", FAILURES, ids=list(FAILURES))
+def test_a_recorded_run_with_failed_kernels_replays_exactly(failures, tmp_path):
+    """A kernel that fails (or is interrupted) leaves its mark on the run: an in-place one
+    turns the storage it wrote into a constant and moves its readers to the old value, a
+    plain one made its inputs resident and allocated temporaries. The trace records each
+    failure, so its replay at the run's budget makes the run's decisions."""
+    failures = FAILURES[failures]
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
+    train_with_failures(rt, failures)
+    peak = rt.stats()["peak_used_bytes"]
+    compared = 0
+    for policy in ("coop", "dtr", "lru"):
+        for ratio in (0.8, 0.6):
+            budget = int(ratio * peak)
+            rt = coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost="cpu")
+            path = tmp_path / f"{policy}-{ratio}.jsonl"
+            with rt.record(path):
+                try:
+                    train_with_failures(rt, failures)
+                except coop.OutOfMemoryError:
+                    continue   # the trace ends before the failed op: nothing to compare
+            stats = rt.stats()
+            result = R.replay(path, budget=budget, policy=policy, thrash=None, check=True)
+            assert result["status"] == "ok", (policy, ratio)
+            assert same_counters(stats, result), (policy, ratio, stats, result)
+            assert (stats["ops"], stats["cost_first"]) == (result["ops"], result["cost_first"])
+            compared += stats["recomputes"] > 0
+    assert compared == 6

@@ -88,6 +88,18 @@ def test_the_pieces_are_the_arena_log_with_their_owners(trace, tmp_path):
     assert tl.pieces[1]["t1"] == 4.333333                         # record 4: 1st of 2 events
 
 
+def test_a_failed_kernel_leaves_the_owners_of_later_pieces_as_they_were(tmp_path):
+    """A failed call (docs/trace-format.md) runs no op: the pieces after it keep their own ops'
+    names."""
+    failed = {"op": "call", "name": "oops", "inputs": [1], "outputs": [], "cost": 0,
+              "cls": "cheap", "failed": True}
+    path = tmp_path / "failed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS[:3] + [failed] + RECORDS[3:]))
+    tl = timeline.write(path, tmp_path / "t.html", budget=4 * K)
+    assert [(p["offset"], p["size"], p["kind"], p["begin"], p["end"], p["op"])
+            for p in tl.pieces] == PIECES
+
+
 def test_a_run_out_of_memory_is_drawn_up_to_the_failed_record(trace, tmp_path):
     tl = timeline.write(trace, tmp_path / "t.html", budget=3 * K)
     assert tl.figures["status"] == R.replay(trace, budget=3 * K)["status"] == "oom"

@@ -174,11 +174,85 @@ def test_the_simulator_decides_alike_twice_and_like_the_host_backend():
             assert stats["evictions"] == stats["recomputes"] == 0
 
 
-def test_the_simulator_needs_shape_rules():
+def test_the_simulator_needs_shape_rules(tmp_path):
     rt = coop.Runtime(coop.SimBackend("1MiB"))
-    x = rt.tensor(((4, 4), np.float32))
-    assert x.storage.nbytes == 64 and rt.arena.storage_info(x.storage.sid)["evictable"] is False
-    with pytest.raises(TypeError, match="kernel 'add_scalar' has no shape rule"):
-        rt.apply(ADDC, x, c=1.0)
+    path = tmp_path / "sim.jsonl"
+    with rt.record(path):
+        x = rt.tensor(((4, 4), np.float32))
+        assert x.storage.nbytes == 64 and rt.arena.storage_info(x.storage.sid)["evictable"] is False
+        with pytest.raises(TypeError, match="kernel 'add_scalar' has no shape rule"):
+            rt.apply(ADDC, x, c=1.0)
     assert rt.pinned() == {}
     rt.arena.check()
+    # the failed call is in the trace, without allocations (the simulator runs no kernel)
+    assert records(path)[2] == {"op": "call", "name": "add_scalar", "inputs": [0],
+                                "outputs": [], "cost": 0, "cls": "cheap", "failed": True}
+
+
+class Boom(Exception):
+    pass
+
+
+def _double_then_raise(a):
+    tmp = a * 2.0                  # 32 bytes, still held by the failure's traceback
+    a += tmp
+    raise Boom("the kernel failed")
+
+
+def _add_then_raise(a, b):
+    tmp = a + b
+    raise Boom(f"the kernel failed after {tmp.nbytes} bytes")
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_a_failed_kernel_is_recorded_and_replays_as_the_run_left_it(tmp_path, rt, interrupt):
+    """A failed in-place kernel's record says failed: true, with its allocations; so does a
+    failed call's (no outputs, no cost). Replayed, the storage the kernel wrote is a
+    constant, as in the run, and its reader reads the old value."""
+    error = KeyboardInterrupt if interrupt else Boom
+
+    def fail(a, *rest):
+        try:
+            (_add_then_raise if rest else _double_then_raise)(a, *rest)
+        except Boom:
+            raise error("the kernel failed") from None
+
+    path = tmp_path / "run.jsonl"
+    with rt.record(path):
+        x = rt.tensor(np.arange(4.0).reshape(2, 2))
+        y = rt.apply(ADDC, x, c=1.0)                         # id 1
+        z = rt.apply(ADDC, y, c=1.0)                         # id 2 reads y's value
+        with pytest.raises(error, match="the kernel failed"):
+            rt.apply(coop.Kernel(fail, name="fail_", inplace=0), y)
+        with pytest.raises(error, match="the kernel failed"):
+            rt.apply(coop.Kernel(fail, name="fail"), x, z)
+        assert rt._engine.info(y._view.sid)["producer"] is None      # a constant now
+        assert np.array_equal(y.numpy(), [[3.0, 6.0], [9.0, 12.0]])
+        evict(rt, z)
+        assert np.array_equal(z.numpy(), [[2.0, 3.0], [4.0, 5.0]])   # from y's old value
+    got = records(path)
+    for record in got[4:6]:
+        # the kernel's temporary (which others NumPy makes is NumPy's business), left
+        # allocated at the failure
+        allocs = record.pop("allocs")
+        sizes = [n for n in allocs if n >= 0]
+        assert any(n == 32 and ~k not in allocs for k, n in enumerate(sizes)), allocs
+    assert got[4] == {"op": "mutate", "name": "fail_", "inputs": [1], "mutated": [0],
+                      "cost": 0, "cls": "cheap", "failed": True}
+    assert got[5] == {"op": "call", "name": "fail", "inputs": [0, 2], "outputs": [],
+                      "cost": 0, "cls": "cheap", "failed": True}
+    from coop._replay import Replayer
+    program = coop.trace.load(path)
+    assert [program.op_failed(t) for t in range(program.n_ops)] == [False, False, True, True]
+    assert program.cost_first == got[2]["cost"] + got[3]["cost"]
+    replayer = Replayer(program, coop.Arena(1 << 20, 64), "coop")
+    replayer.run(0, 3)                                       # x, y, z
+    engine = replayer.engine
+    assert engine.info(replayer.storage_of(1))["producer"] is not None
+    replayer.run(3, 4)                                       # the failed mutate
+    assert engine.info(replayer.storage_of(1))["producer"] is None
+    (old,) = engine.inputs(engine.info(replayer.storage_of(2))["producer"])
+    assert old != replayer.storage_of(1)                     # z reads y's old value
+    replayer.run(4)
+    assert replayer.counters()["ops"] == rt.stats()["ops"] == 2
+    engine.arena.check()
