@@ -200,6 +200,7 @@ cdef class Evictor:
     cdef object policy_name            # the core policy's name, for error messages; "none"
     cdef int evict(self, Arena arena, vector[int]& victims) except -1
     cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1
+    cdef int moved(self, Arena arena) except -1
 
 
 cdef int policy_code(policy, bint ideal) except -1

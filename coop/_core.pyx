@@ -1064,8 +1064,8 @@ cdef class Arena:
         """Relocate the chosen window's moved storages: every destination is taken first (so a
         freed source cannot merge into a destination still to take), then evictor.move copies
         each storage's bytes (or refuses: the storage becomes unmovable and its destination is
-        freed again), each moved storage is bound to its new piece, and the old pieces are
-        freed, in the plan's order."""
+        freed again), each moved storage is bound to its new piece, evictor.moved runs, and
+        the old pieces still used are freed, in the plan's order."""
         cdef vector[int] slots = self.plan_moves
         cdef vector[size_t] dsts = self.plan_dst
         cdef vector[int] news
@@ -1088,8 +1088,13 @@ cdef class Arena:
             else:
                 self.c_set_movable(slot, False)
                 olds.push_back(dsts[k])
+        evictor.moved(self)
+        cdef size_t nb
+        cdef int s_old
         for k in range(olds.size()):
-            self.c_free(olds[k])
+            # the owner may have freed an old piece already (its array died in moved())
+            if self.c_used_piece(olds[k], &nb, &s_old) == 0 and s_old < 0:
+                self.c_free(olds[k])
         return 0
 
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbours,
@@ -1429,6 +1434,12 @@ cdef class Evictor:
         dst and return 1; the arena then binds slot to dst and frees src. 0 refuses (the
         storage becomes unmovable). The default copies nothing (owners of sizes only)."""
         return 1
+
+    cdef int moved(self, Arena arena) except -1:
+        """The window's moved storages are bound to their new pieces; their old pieces are
+        anonymous now, and the arena frees those still used after this returns (an owner whose
+        memory objects free their pieces when they die may let them die here)."""
+        return 0
 
 
 cdef class _CallbackEvictor(Evictor):

@@ -92,6 +92,12 @@ cdef class Program:
 cdef class SizeExecutor(Executor):
     """Sizes only: running an op again places its evicted outputs; dropping frees pieces."""
 
+    def __cinit__(self, *args, **kwargs):
+        self.can_move = True       # no bytes to copy: a move is the arena's bookkeeping
+
+    cpdef bint relocate(self, int s, Py_ssize_t src, Py_ssize_t dst) except -1:
+        return True
+
     cpdef int run(self, int o) except -1:
         cdef Engine e = self.engine
         cdef vector[int] placed
@@ -201,11 +207,12 @@ cdef class Replayer:
     cdef vector[unsigned char] held    # the program holds the value (defined, not released)
     cdef readonly long long records
 
-    def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0):
+    def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
+                 move_cost=None):
         self.prog = prog
         self.executor = _ReplayExecutor()
         self.executor.prog = prog
-        self.engine = Engine(arena, policy, self.executor, thrash_cost)
+        self.engine = Engine(arena, policy, self.executor, thrash_cost, move_cost)
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
 

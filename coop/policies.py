@@ -22,6 +22,8 @@ class Policy:
     (else every tensor is placed EXPENSIVE);
     inplace: in-place kernels run through the recomputable in-place path;
     ideal: needs an ideal arena (``SimBackend(budget, ideal=True)``), and only it takes one;
+move: core ``coop`` may move pieces out of its window instead of evicting them (docs/core.md,
+Moving), where the executor can move memory;
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
     of ``core`` in ``coop.POLICIES``), for Cython owners.
     """
@@ -31,6 +33,7 @@ class Policy:
     partition: bool
     inplace: bool
     ideal: bool = False
+    move: bool = False
     core_code: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -42,17 +45,19 @@ class Policy:
 
 #: runtime policy name -> Policy
 POLICIES = {p.name: p for p in (
-    Policy("coop", "coop", partition=True, inplace=True),
+    Policy("coop", "coop", partition=True, inplace=True, move=True),
     Policy("dtr", "dtr", partition=False, inplace=True),
     Policy("dte", "dte", partition=False, inplace=True),
     Policy("lru", "lru", partition=False, inplace=True),
     Policy("size", "size", partition=False, inplace=True),
     Policy("none", "none", partition=False, inplace=True),
-    Policy("coop-no-partition", "coop", partition=False, inplace=True),
-    Policy("coop-no-inplace", "coop", partition=True, inplace=False),
+    Policy("coop-no-partition", "coop", partition=False, inplace=True, move=True),
+    Policy("coop-no-inplace", "coop", partition=True, inplace=False, move=True),
     Policy("coop-loop", "dtr", partition=True, inplace=True),
     # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
     Policy("dtr-ideal", "dtr", partition=False, inplace=True, ideal=True),
+    # coop without moves: its window only evicts (the ablation of docs/core.md's Moving)
+    Policy("coop-no-move", "coop", partition=True, inplace=True),
 )}
 
 
