@@ -125,6 +125,12 @@ cdef class Arena:
     cdef vector[double] scan_v          # _choose_moving scratch: a piece's cheapest way out
     cdef vector[int] scan_piece         # ... its piece
     cdef vector[SizeOffset] scan_bins   # ... the free pieces as (SIZE_MAX - size, scan index)
+    cdef vector[int] scan_nfree         # ... free pieces before each entry (a prefix count)
+    cdef vector[int] scan_nmand         # ... pieces that must move (movable, not candidates)
+    cdef vector[int] scan_nopt          # ... candidates whose move is cheaper than their h
+    cdef vector[size_t] plan_outb       # _plan scratch: free sizes outside the window
+    cdef vector[size_t] plan_chosen     # ... moved sizes, largest first
+    cdef vector[unsigned char] plan_flag   # ... moved entries of the window
     cdef vector[int] plan_moves         # the chosen window's moved storage slots, address order
     cdef vector[size_t] plan_dst        # ... each one's destination offset
     cdef double plan_cost               # the chosen window's cost (INFINITY: none chosen)
@@ -155,6 +161,7 @@ cdef class Arena:
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
     cdef void _choose_moving(self, size_t size, double now, vector[int]& victims) noexcept
     cdef int _do_moves(self, Evictor evictor) except -1
+    cdef int _relocate_all(self, Evictor evictor) except -1
     cdef int _carve(self, size_t dst, size_t size, int64_t sid) except -1
     cdef void _rebind(self, int slot, int idx) noexcept
     cdef bint _plan(self, size_t lo, size_t end, vector[size_t]& outb, vector[int]& moved,

@@ -604,42 +604,107 @@ cdef class Arena:
                 ps[base + k] = blk.piece[k]
             base += blk.count
             b = blk.next
+        self.scan_nfree.resize(total + 1)
+        self.scan_nmand.resize(total + 1)
+        self.scan_nopt.resize(total + 1)
+        cdef int* nfree = self.scan_nfree.data()
+        cdef int* nmand = self.scan_nmand.data()
+        cdef int* nopt = self.scan_nopt.data()
+        nfree[0] = nmand[0] = nopt[0] = 0
         for j in range(total):
             f = fs[j]
+            nfree[j + 1] = nfree[j]
+            nmand[j + 1] = nmand[j]
+            nopt[j + 1] = nopt[j]
             if f & W_FREE:
                 vs[j] = 0.0
                 self.scan_bins.push_back(SizeOffset(SIZE_MAX - ss[j], j))
+                nfree[j + 1] += 1
             elif f & W_MOVABLE:
                 m = <double>ss[j] * rate
-                vs[j] = hs[j] if (f & W_CANDIDATE) and hs[j] <= m else m
+                if not (f & W_CANDIDATE):
+                    vs[j] = m
+                    nmand[j + 1] += 1
+                elif m < hs[j]:
+                    vs[j] = m
+                    nopt[j + 1] += 1
+                else:
+                    vs[j] = hs[j]
             else:
                 vs[j] = hs[j]
         sort(self.scan_bins.begin(), self.scan_bins.end())   # largest first, then lowest address
-        cdef vector[size_t] outb
-        cdef vector[int] moved, best_moved
+        # an upper bound: the cheapest window that only evicts (_choose_window's scan), so that
+        # windows that cannot beat it are skipped before the best so far is known
+        cdef double ub = INFINITY
         for j in range(total):
-            if fs[j] == 0:
+            if not (fs[j] & (W_FREE | W_CANDIDATE)):
                 p_left = 0.0
                 p_right = 0.0
                 covered = 0
                 lo = j + 1
                 continue
-            p_right = p_right + vs[j]
+            p_right = p_right + hs[j]
             covered += ss[j]
             while covered >= size:
-                lb = p_right - p_left
-                if best_end == 0 or not (lb >= best_cost):
+                # above the exact sum (see lb below)
+                if p_right - p_left + p_right * 1e-10 < ub:
+                    ub = p_right - p_left + p_right * 1e-10
+                p_left = p_left + hs[lo]
+                covered -= ss[lo]
+                lo += 1
+        if ub != ub:
+            ub = INFINITY
+        p_left = 0.0
+        p_right = 0.0
+        covered = 0
+        lo = 0
+        cdef int n_bins = <int>self.scan_bins.size(), n_mand, n_out, n_movers
+        cdef vector[size_t]* outb = &self.plan_outb
+        cdef vector[int] moved, best_moved
+        # two running sums of v: movers' (move costs, often far larger) apart from the others',
+        # so a window without movers gets its bound as precisely as _choose_window's sums
+        cdef double q_left = 0.0, q_right = 0.0
+        for j in range(total):
+            if fs[j] == 0:
+                p_left = p_right = q_left = q_right = 0.0
+                covered = 0
+                lo = j + 1
+                continue
+            if _mover(nmand, nopt, j):
+                q_right = q_right + vs[j]
+            else:
+                p_right = p_right + vs[j]
+            covered += ss[j]
+            while covered >= size:
+                # below the exact sum of v: a difference of running sums may be off by a few
+                # of their ulps (n additions err by at most n * 2^-53 of the sum)
+                lb = p_right - p_left - p_right * 1e-10
+                if nmand[j + 1] + nopt[j + 1] != nmand[lo] + nopt[lo]:
+                    lb = lb + (q_right - q_left - q_right * 1e-10)
+                n_mand = nmand[j + 1] - nmand[lo]
+                n_out = n_bins - (nfree[j + 1] - nfree[lo])
+                # quick refusals and the plan without movers need no destinations
+                if (best_end == 0 or not (lb >= best_cost)) and n_mand <= n_out \
+                        and not (lb > ub):
+                    # the largest destinations outside, as many as there are pieces that may
+                    # move (a plan never uses more)
                     outb.clear()
-                    for i in range(self.scan_bins.size()):
+                    n_movers = n_mand + nopt[j + 1] - nopt[lo]
+                    i = 0
+                    while <int>outb.size() < n_movers and i < <size_t>n_bins:
                         if self.scan_bins[i].second < lo or self.scan_bins[i].second > j:
                             outb.push_back(SIZE_MAX - self.scan_bins[i].first)
-                    if self._plan(lo, j + 1, outb, moved, &cost):
+                        i += 1
+                    if self._plan(lo, j + 1, outb[0], moved, &cost):
                         if cost < best_cost or best_end == 0:
                             best_cost = cost
                             best_lo = lo
                             best_end = j + 1
                             best_moved.swap(moved)
-                p_left = p_left + vs[lo]
+                if _mover(nmand, nopt, lo):
+                    q_left = q_left + vs[lo]
+                else:
+                    p_left = p_left + vs[lo]
                 covered -= ss[lo]
                 lo += 1
         if best_end == 0:
@@ -693,20 +758,24 @@ cdef class Arena:
         cdef size_t* ss = self.scan_size.data()
         cdef unsigned char* fs = self.scan_flags.data()
         cdef double rate = self.move_rate, m, total = 0.0
-        cdef vector[size_t] chosen          # moved sizes, largest first
+        cdef vector[size_t]* chosen = &self.plan_chosen    # moved sizes, largest first
         cdef vector[pair[double, size_t]] optional
-        cdef vector[unsigned char] is_moved
+        cdef unsigned char* is_moved
         cdef size_t t, i
-        is_moved.assign(end - lo, 0)
+        self.plan_flag.assign(end - lo, 0)
+        is_moved = self.plan_flag.data()
+        chosen.clear()
         moved.clear()
         for t in range(lo, end):
+            if outb.empty():
+                break               # nothing can move: every piece is evicted (or free)
             if fs[t] & W_FREE or not (fs[t] & W_MOVABLE):
                 continue
             m = <double>ss[t] * rate
             if not (fs[t] & W_CANDIDATE):
-                if not _fits_with(chosen, ss[t], outb):
+                if not _fits_with(chosen[0], ss[t], outb):
                     return False
-                _insert_desc(chosen, ss[t])
+                _insert_desc(chosen[0], ss[t])
                 is_moved[t - lo] = 1
             elif m < hs[t]:
                 optional.push_back(pair[double, size_t](m - hs[t], t))
@@ -715,8 +784,8 @@ cdef class Arena:
             if chosen.size() >= outb.size():
                 break
             t = optional[i].second
-            if _fits_with(chosen, ss[t], outb):
-                _insert_desc(chosen, ss[t])
+            if _fits_with(chosen[0], ss[t], outb):
+                _insert_desc(chosen[0], ss[t])
                 is_moved[t - lo] = 1
         for t in range(lo, end):
             if fs[t] & W_FREE:
@@ -1066,6 +1135,15 @@ cdef class Arena:
         each storage's bytes (or refuses: the storage becomes unmovable and its destination is
         freed again), each moved storage is bound to its new piece, evictor.moved runs, and
         the old pieces still used are freed, in the plan's order."""
+        cdef bint logging = self.logging
+        self.logging = False     # a move is no allocation of the caller's: the log skips it
+        try:
+            self._relocate_all(evictor)
+        finally:
+            self.logging = logging
+        return 0
+
+    cdef int _relocate_all(self, Evictor evictor) except -1:
         cdef vector[int] slots = self.plan_moves
         cdef vector[size_t] dsts = self.plan_dst
         cdef vector[int] news
@@ -1368,6 +1446,11 @@ cdef inline unsigned char _flags(Storage* st) noexcept:
     if st.pins != 0:
         return 0
     return (W_CANDIDATE if st.evictable else 0) | (W_MOVABLE if st.movable else 0)
+
+
+cdef inline bint _mover(int* nmand, int* nopt, size_t j) noexcept:
+    """Whether scan entry j may move (must, or more cheaply than it is evicted)."""
+    return nmand[j + 1] + nopt[j + 1] != nmand[j] + nopt[j]
 
 
 cdef bint _fits_with(vector[size_t]& chosen, size_t x, vector[size_t]& outb) noexcept:

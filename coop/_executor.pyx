@@ -143,8 +143,9 @@ cdef class ArrayExecutor(Executor):
         self.arrays = []
         self.records = []
         self.moved_out = []
-        # host memory moves inside the arena (numpy.copyto into the destination piece)
-        self.can_move = self.host
+        # memory moves inside the arena: numpy.copyto on the host; on a device, a
+        # device-to-device copy on the current stream (backends that can adopt a piece)
+        self.can_move = self.host or hasattr(backend, "adopt_at")
 
     def constant(self, runtime, data, dtype):
         """A constant holding a copy of data, placed first fit from the low end: (its view,
@@ -358,10 +359,11 @@ cdef class ArrayExecutor(Executor):
 
     cpdef bint relocate(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
         """Move sid's bytes to the piece at dst (taken already): a new memory array there,
-        numpy.copyto from the old one, which dies in moved() (freeing src). Refused (False)
-        when something else holds the memory (as drop) or it is not C-contiguous."""
+        a copy from the old one (numpy.copyto; on a device, a device-to-device copy on the
+        current stream), which dies in moved() (freeing src). Refused (False) when something
+        else holds the memory (as drop) or it is not C-contiguous."""
         cdef object memory = self.arrays[sid] if sid < len(self.arrays) else None
-        if memory is None or not self.host or Py_REFCNT(memory) > 2:
+        if memory is None or Py_REFCNT(memory) > 2:
             return False
         cdef object base = memory.base
         if base is not None and Py_REFCNT(base) > 2:
@@ -370,6 +372,17 @@ cdef class ArrayExecutor(Executor):
         if not memory.flags.c_contiguous:
             return False
         backend = self.backend
+        if not self.host:
+            mem = memory.data.mem
+            if Py_REFCNT(mem) > 2:
+                return False
+            del mem
+            pointer = backend.adopt_at(dst, memory.nbytes)
+            moved = self.xp.ndarray(memory.shape, memory.dtype, pointer)
+            moved.data.copy_from_device_async(memory.data, memory.nbytes)
+            self.arrays[sid] = moved
+            self.moved_out.append(memory)
+            return True
         with self._placing(EXPENSIVE):
             backend.place_next_at(dst)
             try:

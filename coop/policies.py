@@ -45,19 +45,19 @@ Moving), where the executor can move memory;
 
 #: runtime policy name -> Policy
 POLICIES = {p.name: p for p in (
-    Policy("coop", "coop", partition=True, inplace=True, move=True),
+    Policy("coop", "coop", partition=True, inplace=True),
     Policy("dtr", "dtr", partition=False, inplace=True),
     Policy("dte", "dte", partition=False, inplace=True),
     Policy("lru", "lru", partition=False, inplace=True),
     Policy("size", "size", partition=False, inplace=True),
     Policy("none", "none", partition=False, inplace=True),
-    Policy("coop-no-partition", "coop", partition=False, inplace=True, move=True),
-    Policy("coop-no-inplace", "coop", partition=True, inplace=False, move=True),
+    Policy("coop-no-partition", "coop", partition=False, inplace=True),
+    Policy("coop-no-inplace", "coop", partition=True, inplace=False),
     Policy("coop-loop", "dtr", partition=True, inplace=True),
     # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
     Policy("dtr-ideal", "dtr", partition=False, inplace=True, ideal=True),
-    # coop without moves: its window only evicts (the ablation of docs/core.md's Moving)
-    Policy("coop-no-move", "coop", partition=True, inplace=True),
+    # coop whose window may also move pieces out of the way (docs/core.md, Moving)
+    Policy("coop-move", "coop", partition=True, inplace=True, move=True),
 )}
 
 

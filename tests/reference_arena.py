@@ -608,7 +608,15 @@ class ReferenceArena:
         return used
 
     def _do_moves(self, moves, move):
-        """Take every destination, copy (move callback), rebind, then free the old pieces."""
+        """Take every destination, copy (move callback), rebind, then free the old pieces;
+        none of it is logged."""
+        log, self._log = self._log, None
+        try:
+            self._relocate_all(moves, move)
+        finally:
+            self._log = log
+
+    def _relocate_all(self, moves, move):
         news = [self._carve(dst, self._piece_of(sid)[SIZE]) for sid, dst in moves]
         olds = []
         for (sid, dst), new in zip(moves, news):

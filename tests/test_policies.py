@@ -8,17 +8,17 @@ from coop.policies import POLICIES, Policy, get_policy
 
 #: name -> (core policy, partition, inplace, ideal, move): the runtime's table, spelled out
 EXPECTED = {
-    "coop": ("coop", True, True, False, True),
+    "coop": ("coop", True, True, False, False),
     "dtr": ("dtr", False, True, False, False),
     "dte": ("dte", False, True, False, False),
     "lru": ("lru", False, True, False, False),
     "size": ("size", False, True, False, False),
     "none": ("none", False, True, False, False),
-    "coop-no-partition": ("coop", False, True, False, True),
-    "coop-no-inplace": ("coop", True, False, False, True),
+    "coop-no-partition": ("coop", False, True, False, False),
+    "coop-no-inplace": ("coop", True, False, False, False),
     "coop-loop": ("dtr", True, True, False, False),
     "dtr-ideal": ("dtr", False, True, True, False),
-    "coop-no-move": ("coop", True, True, False, False),
+    "coop-move": ("coop", True, True, False, True),
 }
 
 
@@ -46,8 +46,9 @@ def test_records_are_frozen():
         p.partition = False
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.core_code = 1
-    assert p == Policy("coop", "coop", partition=True, inplace=True, move=True)
-    assert hash(p) == hash(Policy("coop", "coop", True, True, False, True))
+    assert p == Policy("coop", "coop", partition=True, inplace=True)
+    assert hash(p) == hash(Policy("coop", "coop", True, True, False, False))
+    assert get_policy("coop-move") == Policy("coop-move", "coop", True, True, move=True)
 
 
 @pytest.mark.parametrize("name", ["fifo", "", "COOP", "dtr ", None, 3, 1.5, ["coop"], {"coop"},
@@ -55,7 +56,7 @@ def test_records_are_frozen():
 def test_unknown_policies(name):
     with pytest.raises(ValueError, match=r"unknown policy .*; choose one of coop, dtr, dte, lru, "
                                          r"size, none, coop-no-partition, coop-no-inplace, "
-                                         r"coop-loop, dtr-ideal, coop-no-move"):
+                                         r"coop-loop, dtr-ideal, coop-move"):
         get_policy(name)
 
 
