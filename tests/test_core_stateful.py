@@ -51,10 +51,12 @@ class ArenaComparison(RuleBasedStateMachine):
         self.owner_logs = ([], [])
         self.logging = False
 
-    @initialize(k=st.integers(4, 16) | st.integers(4, 64), extra=st.integers(0, 63))
-    def create(self, k, extra):
+    @initialize(k=st.integers(4, 16) | st.integers(4, 64), extra=st.integers(0, 63),
+                rate=st.sampled_from([math.inf, 0.0, 1 / 64, 1 / 16]))
+    def create(self, k, extra, rate):
         self.core = coop.Arena(64 * k + extra, self.ALIGNMENT, ideal=self.IDEAL)
         self.ref = ReferenceArena(64 * k + extra, self.ALIGNMENT, ideal=self.IDEAL)
+        self.core.move_cost = self.ref.move_cost = rate    # coop's window moves unless inf
         assert (self.core.capacity, self.core.ideal) == (self.ref.capacity, self.IDEAL)
 
     # ---- helpers --------------------------------------------------------------------------------
@@ -229,6 +231,7 @@ class ArenaComparison(RuleBasedStateMachine):
             return
         logs = []
         results = []
+        moves = self.core.stats()["window_moves"]
         for arena in (self.core, self.ref):
             log = []
 
@@ -248,6 +251,8 @@ class ArenaComparison(RuleBasedStateMachine):
             logs.append(log)
         assert results[0] == results[1], (results, logs)
         assert logs[0] == logs[1]
+        if self.core.stats()["window_moves"] > moves:
+            event("allocate_or_evict: moved pieces")
         if results[0][0] == "error":
             assert results[0][1] in ((OutOfMemoryError, RuntimeError) if owner == "leaves"
                                      else (OutOfMemoryError,))
