@@ -150,3 +150,45 @@ def test_a_recorded_host_run_with_moves_replays_exactly(tmp_path):
     keys = ("window_moves", "bytes_moved", "move_cost", "recomputes", "evictions", "searches",
             "cost_total", "peak_used_bytes")
     assert {k: result[k] for k in keys} == {k: stats[k] for k in keys}
+
+
+def host_wall(hold):
+    """4 KiB host arena: a freed KiB at 0 under constant b (1 KiB), a small constant c, free
+    space above; an op making 2 KiB from c fits only if b moves up. hold: the program keeps
+    b's raw array past a borrow (its memory is held: it must not move)."""
+    rt = coop.Runtime(coop.numpy_allocator(4096), policy="coop-move", cost="cpu")
+    a = rt.tensor(np.ones(256, np.float32))
+    b = rt.tensor(np.arange(256, dtype=np.float32))
+    c = rt.tensor(np.ones(64, np.float32))
+    del a
+    assert rt.arena.pieces() == [(0, 1024, True, -1), (1024, 1024, False, 1),
+                                 (2048, 256, False, 2), (2304, 1792, True, -1)]
+    held = None
+    if hold:
+        with b.borrow() as array:
+            held = array
+    grow = coop.Kernel(lambda x: np.concatenate([x] * 8), name="grow")
+    return rt, b, c, grow, held
+
+
+def test_a_host_move_copies_the_bytes_into_the_arena():
+    rt, b, c, grow, _ = host_wall(hold=False)
+    out = rt.apply(grow, c)
+    assert rt.arena.pieces() == [(0, 2048, False, 0), (2048, 256, False, 2),   # a's id, reused
+                                 (2304, 1024, False, 1), (3328, 768, True, -1)]
+    assert rt.stats()["window_moves"] == 1 and rt.stats()["evictions"] == 0
+    np.testing.assert_array_equal(b.numpy(), np.arange(256, dtype=np.float32))
+    np.testing.assert_array_equal(out.numpy(), np.ones(512, np.float32))
+    with b.borrow() as array:      # b's array is the moved memory itself
+        assert rt.backend.offset_of(array) == 2304
+    rt.arena.check()
+
+
+def test_memory_a_program_holds_never_moves():
+    rt, b, c, grow, held = host_wall(hold=True)
+    with pytest.raises(coop.OutOfMemoryError):
+        rt.apply(grow, c)
+    assert rt.stats()["window_moves"] == 0
+    assert rt.backend.offset_of(held) == 1024
+    np.testing.assert_array_equal(held, np.arange(256, dtype=np.float32))
+    rt.arena.check()
