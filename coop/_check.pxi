@@ -51,7 +51,7 @@ cdef _check(Arena a):
         if p.storage >= 0:
             st = a.storages[p.storage]
             if (blk.cprime[k] != st.cprime or blk.last_access[k] != st.last_access
-                    or blk.flags[k] != (W_CANDIDATE if st.evictable and st.pins == 0 else 0)):
+                    or blk.flags[k] != _flags(&st)):
                 _fail(f"piece at {p.offset} mirrors its storage's scan inputs wrongly")
         if p.storage < 0 and (blk.cprime[k] != 0.0 or (not p.free and blk.flags[k] != 0)):
             _fail(f"piece at {p.offset} has no storage but mirrors one")

@@ -33,6 +33,7 @@ cdef enum:
     BLOCK_LEN = 64     # scan entries per block
     W_FREE = 1         # Block.flags: the piece is free
     W_CANDIDATE = 2    # Block.flags: bound, evictable and unpinned: may be evicted
+    W_MOVABLE = 4      # Block.flags (a bit, with W_CANDIDATE or alone): bound, movable, unpinned
 
 
 cdef struct Block:
@@ -43,7 +44,7 @@ cdef struct Block:
     int prev                        # block just below in address order, -1 for the first
     int next                        # block just above, -1 for the last; chains the block pool
     int piece[BLOCK_LEN]            # the piece of each entry; -1 in the unused slots
-    unsigned char flags[BLOCK_LEN]  # W_FREE, W_CANDIDATE, or 0 for a blocker (used, not evictable)
+    unsigned char flags[BLOCK_LEN]  # W_FREE, or W_CANDIDATE | W_MOVABLE bits; 0 for a wall
     size_t size[BLOCK_LEN]          # mirror of the piece's size
     double cprime[BLOCK_LEN]        # mirror of the bound storage's c'; 0 if unbound
     double last_access[BLOCK_LEN]   # mirror of the bound storage's last_access
@@ -61,6 +62,7 @@ cdef struct Storage:
     int eq_next        # circular list of the class's members
     int eq_prev
     bint live          # slot in use (else chained in storage_pool)
+    bint movable       # False: the owner cannot relocate it (its memory is held elsewhere)
 
 
 cdef struct EvictedClass:
@@ -116,6 +118,24 @@ cdef class Arena:
     cdef public object managed_by       # None, or the backend whose arrays own the pieces: free() refuses
     cdef vector[int] placing_slots      # slots being placed by eviction loops now, innermost last
     cdef vector[unsigned char] placing_lost   # ... each: removed by an evict callback meanwhile
+    cdef double move_rate               # cost of moving one byte; INFINITY: coop never moves
+    cdef long long moves                # pieces relocated by eviction loops
+    cdef long long bytes_moved          # their sizes
+    cdef double move_cost_sum           # their move costs (size * move_rate)
+    cdef vector[double] scan_v          # _choose_moving scratch: a piece's cheapest way out
+    cdef vector[int] scan_piece         # ... its piece
+    cdef vector[SizeOffset] scan_bins   # ... the free pieces as (SIZE_MAX - size, scan index)
+    cdef vector[int] scan_nfree         # ... free pieces before each entry (a prefix count)
+    cdef vector[int] scan_nmand         # ... pieces that must move (movable, not candidates)
+    cdef vector[int] scan_nopt          # ... candidates whose move is cheaper than their h
+    cdef vector[size_t] plan_outb       # _plan scratch: free sizes outside the window
+    cdef vector[size_t] plan_chosen     # ... moved sizes, largest first
+    cdef vector[unsigned char] plan_flag   # ... moved entries of the window
+    cdef vector[int] plan_moves         # the chosen window's moved storage slots, address order
+    cdef vector[size_t] plan_dst        # ... each one's destination offset
+    cdef double plan_cost               # the chosen window's cost (INFINITY: none chosen)
+    cdef Py_ssize_t plan_start          # its first piece's offset (-1: none)
+    cdef Py_ssize_t plan_len            # its number of pieces
 
     cdef int _new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept
     cdef void _drop_piece(self, int idx) noexcept
@@ -139,6 +159,13 @@ cdef class Arena:
     cdef inline bint _candidate(self, int idx) noexcept
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
+    cdef void _choose_moving(self, size_t size, double now, vector[int]& victims) noexcept
+    cdef int _do_moves(self, Evictor evictor) except -1
+    cdef int _relocate_all(self, Evictor evictor) except -1
+    cdef int _carve(self, size_t dst, size_t size, int64_t sid) except -1
+    cdef void _rebind(self, int slot, int idx) noexcept
+    cdef bint _plan(self, size_t lo, size_t end, vector[size_t]& outb, vector[int]& moved,
+                    double* cost) noexcept
     cdef size_t _checked_request(self, nbytes) except? 0
     cdef object _too_large(self, size_t nbytes)
     cdef int _unbound_slot(self, storage) except -2
@@ -159,6 +186,9 @@ cdef class Arena:
     cdef void c_pin(self, int slot, int delta) noexcept
     cdef void c_touch(self, int slot, double now) noexcept
     cdef void c_set_evictable(self, int slot, bint flag) noexcept
+    cdef void c_set_movable(self, int slot, bint flag) noexcept
+    cdef bint c_movable(self, int slot) noexcept
+    cdef int c_move(self, int slot, size_t dst) except -1
     cdef double c_cost(self, int slot) noexcept
     cdef int c_pins(self, int slot) noexcept
     cdef bint c_evictable(self, int slot) noexcept
@@ -176,6 +206,8 @@ cdef class Evictor:
     cdef double now                    # the owner's logical clock, for staleness; 0.0 by default
     cdef object policy_name            # the core policy's name, for error messages; "none"
     cdef int evict(self, Arena arena, vector[int]& victims) except -1
+    cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1
+    cdef int moved(self, Arena arena) except -1
 
 
 cdef int policy_code(policy, bint ideal) except -1

@@ -8,8 +8,9 @@ consistent arena.
 """
 from cython.operator cimport dereference as deref
 from libc.math cimport INFINITY, isfinite
-from libc.stdint cimport int64_t
+from libc.stdint cimport SIZE_MAX, int64_t
 from libc.string cimport memcpy
+from libcpp.algorithm cimport sort
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from operator import index as _index
@@ -104,6 +105,9 @@ cdef class Arena:
         self.space = IDEAL_SPACE if self.ideal else self.capacity
         self.piece_pool = -1
         self.block_pool = -1
+        self.move_rate = INFINITY
+        self.plan_cost = INFINITY
+        self.plan_start = -1
         self.first = self._new_piece(0, self.space, -1, -1, True)
         self.n_pieces = 1
         self._index_free(self.first)
@@ -307,7 +311,7 @@ cdef class Arena:
             k = _entry(self, st.piece)
             blk.cprime[k] = st.cprime
             blk.last_access[k] = st.last_access
-            blk.flags[k] = W_CANDIDATE if st.evictable and st.pins == 0 else 0
+            blk.flags[k] = _flags(st)
 
     cdef void _on_evicted(self, int slot) noexcept:
         """slot's piece was freed: it forms a class and joins its evicted neighbours' classes."""
@@ -435,14 +439,22 @@ cdef class Arena:
     # ---- victim choice ----------------------------------------------------------------------
 
     cdef inline bint _candidate(self, int idx) noexcept:
-        return self.blocks[self.pieces_[idx].block].flags[_entry(self, idx)] == W_CANDIDATE
+        return (self.blocks[self.pieces_[idx].block].flags[_entry(self, idx)] & W_CANDIDATE) != 0
 
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept:
         victims.clear()
+        self.plan_moves.clear()
+        self.plan_dst.clear()
+        self.plan_cost = INFINITY
+        self.plan_start = -1
+        self.plan_len = 0
         if policy == P_NONE:
             return
         if policy == P_COOP:
-            self._choose_window(size, now, victims)
+            if isfinite(self.move_rate) and not self.ideal:
+                self._choose_moving(size, now, victims)
+            else:
+                self._choose_window(size, now, victims)
             return
         cdef int b = self.first_block, k
         cdef int best = -1
@@ -453,7 +465,7 @@ cdef class Arena:
         while b >= 0:
             blk = &self.blocks[b]
             for k in range(blk.count):
-                if blk.flags[k] != W_CANDIDATE:
+                if not (blk.flags[k] & W_CANDIDATE):
                     continue
                 if policy == P_DTR:
                     score = blk.cprime[k] / (<double>blk.size[k] * _stale(blk.last_access[k], now))
@@ -511,7 +523,7 @@ cdef class Arena:
             base += blk.count
             b = blk.next
         for j in range(total):
-            if fs[j] == 0:
+            if not (fs[j] & (W_FREE | W_CANDIDATE)):     # a wall (movable or not: no moves here)
                 p_left = 0.0
                 p_right = 0.0
                 covered = 0
@@ -532,6 +544,8 @@ cdef class Arena:
                 lo += 1
         if best_end == 0:
             return
+        self.plan_cost = best_cost
+        self.plan_len = <Py_ssize_t>(best_end - best_lo)
         # the victims: the window's candidates, found again in the blocks
         b = self.first_block
         base = 0
@@ -540,13 +554,249 @@ cdef class Arena:
             b = self.blocks[b].next
         blk = &self.blocks[b]
         k = <int>(best_lo - base)
+        self.plan_start = <Py_ssize_t>self.pieces_[blk.piece[k]].offset
         for j in range(best_lo, best_end):
-            if blk.flags[k] == W_CANDIDATE:
+            if blk.flags[k] & W_CANDIDATE:
                 victims.push_back(self.pieces_[blk.piece[k]].storage)
             k += 1
             if k == blk.count and blk.next >= 0:
                 blk = &self.blocks[blk.next]
                 k = 0
+
+    cdef void _choose_moving(self, size_t size, double now, vector[int]& victims) noexcept:
+        """The coop window when pieces may move (move_rate finite): docs/core.md, "Moving".
+
+        Each piece of a window leaves it by the cheaper of eviction (h) and moving (its bytes
+        times move_rate); a movable piece that is not a candidate must move, a piece that is
+        neither is a wall. v = that cheaper cost is a lower bound of the piece's share, so the
+        two-pointer scan of _choose_window over v finds, from each start, the smallest window
+        that covers the request; a window's exact plan (_plan) only grows dearer and less
+        feasible as the window grows, so that window is the best from its start. Plans are
+        evaluated only where the lower bound can beat the best so far.
+        """
+        cdef size_t total = <size_t>self.n_pieces
+        if self.scan_h.size() < total:
+            self.scan_h.resize(total)
+            self.scan_size.resize(total)
+            self.scan_flags.resize(total)
+        self.scan_v.resize(total)
+        self.scan_piece.resize(total)
+        self.scan_bins.clear()
+        cdef double* hs = self.scan_h.data()
+        cdef double* vs = self.scan_v.data()
+        cdef size_t* ss = self.scan_size.data()
+        cdef unsigned char* fs = self.scan_flags.data()
+        cdef int* ps = self.scan_piece.data()
+        cdef Block* blk
+        cdef int b = self.first_block, k
+        cdef size_t base = 0, j, lo = 0, best_lo = 0, best_end = 0, covered = 0, i
+        cdef double s, m, cost, lb, rate = self.move_rate
+        cdef double p_left = 0.0, p_right = 0.0, best_cost = INFINITY
+        cdef unsigned char f
+        while b >= 0:
+            blk = &self.blocks[b]
+            for k in range(blk.count):
+                s = now - blk.last_access[k]
+                s = s if s > 1.0 else 1.0
+                hs[base + k] = blk.cprime[k] / s
+                ss[base + k] = blk.size[k]
+                fs[base + k] = blk.flags[k]
+                ps[base + k] = blk.piece[k]
+            base += blk.count
+            b = blk.next
+        self.scan_nfree.resize(total + 1)
+        self.scan_nmand.resize(total + 1)
+        self.scan_nopt.resize(total + 1)
+        cdef int* nfree = self.scan_nfree.data()
+        cdef int* nmand = self.scan_nmand.data()
+        cdef int* nopt = self.scan_nopt.data()
+        nfree[0] = nmand[0] = nopt[0] = 0
+        for j in range(total):
+            f = fs[j]
+            nfree[j + 1] = nfree[j]
+            nmand[j + 1] = nmand[j]
+            nopt[j + 1] = nopt[j]
+            if f & W_FREE:
+                vs[j] = 0.0
+                self.scan_bins.push_back(SizeOffset(SIZE_MAX - ss[j], j))
+                nfree[j + 1] += 1
+            elif f & W_MOVABLE:
+                m = <double>ss[j] * rate
+                if not (f & W_CANDIDATE):
+                    vs[j] = m
+                    nmand[j + 1] += 1
+                elif m < hs[j]:
+                    vs[j] = m
+                    nopt[j + 1] += 1
+                else:
+                    vs[j] = hs[j]
+            else:
+                vs[j] = hs[j]
+        sort(self.scan_bins.begin(), self.scan_bins.end())   # largest first, then lowest address
+        # an upper bound: the cheapest window that only evicts (_choose_window's scan), so that
+        # windows that cannot beat it are skipped before the best so far is known
+        cdef double ub = INFINITY
+        for j in range(total):
+            if not (fs[j] & (W_FREE | W_CANDIDATE)):
+                p_left = 0.0
+                p_right = 0.0
+                covered = 0
+                lo = j + 1
+                continue
+            p_right = p_right + hs[j]
+            covered += ss[j]
+            while covered >= size:
+                # above the exact sum (see lb below)
+                if p_right - p_left + p_right * 1e-10 < ub:
+                    ub = p_right - p_left + p_right * 1e-10
+                p_left = p_left + hs[lo]
+                covered -= ss[lo]
+                lo += 1
+        if ub != ub:
+            ub = INFINITY
+        p_left = 0.0
+        p_right = 0.0
+        covered = 0
+        lo = 0
+        cdef int n_bins = <int>self.scan_bins.size(), n_mand, n_out, n_movers
+        cdef vector[size_t]* outb = &self.plan_outb
+        cdef vector[int] moved, best_moved
+        # two running sums of v: movers' (move costs, often far larger) apart from the others',
+        # so a window without movers gets its bound as precisely as _choose_window's sums
+        cdef double q_left = 0.0, q_right = 0.0
+        for j in range(total):
+            if fs[j] == 0:
+                p_left = p_right = q_left = q_right = 0.0
+                covered = 0
+                lo = j + 1
+                continue
+            if _mover(nmand, nopt, j):
+                q_right = q_right + vs[j]
+            else:
+                p_right = p_right + vs[j]
+            covered += ss[j]
+            while covered >= size:
+                # below the exact sum of v: a difference of running sums may be off by a few
+                # of their ulps (n additions err by at most n * 2^-53 of the sum)
+                lb = p_right - p_left - p_right * 1e-10
+                if nmand[j + 1] + nopt[j + 1] != nmand[lo] + nopt[lo]:
+                    lb = lb + (q_right - q_left - q_right * 1e-10)
+                n_mand = nmand[j + 1] - nmand[lo]
+                n_out = n_bins - (nfree[j + 1] - nfree[lo])
+                # quick refusals and the plan without movers need no destinations
+                if (best_end == 0 or not (lb >= best_cost)) and n_mand <= n_out \
+                        and not (lb > ub):
+                    # the largest destinations outside, as many as there are pieces that may
+                    # move (a plan never uses more)
+                    outb.clear()
+                    n_movers = n_mand + nopt[j + 1] - nopt[lo]
+                    i = 0
+                    while <int>outb.size() < n_movers and i < <size_t>n_bins:
+                        if self.scan_bins[i].second < lo or self.scan_bins[i].second > j:
+                            outb.push_back(SIZE_MAX - self.scan_bins[i].first)
+                        i += 1
+                    if self._plan(lo, j + 1, outb[0], moved, &cost):
+                        if cost < best_cost or best_end == 0:
+                            best_cost = cost
+                            best_lo = lo
+                            best_end = j + 1
+                            best_moved.swap(moved)
+                if _mover(nmand, nopt, lo):
+                    q_left = q_left + vs[lo]
+                else:
+                    p_left = p_left + vs[lo]
+                covered -= ss[lo]
+                lo += 1
+        if best_end == 0:
+            return
+        self.plan_cost = best_cost
+        self.plan_start = <Py_ssize_t>self.pieces_[ps[best_lo]].offset
+        self.plan_len = <Py_ssize_t>(best_end - best_lo)
+        # destinations: the moved pieces, largest first (then lowest address), each into the
+        # smallest unused free piece outside the window that holds it (then the lowest address)
+        cdef vector[SizeOffset] order, bins
+        for i in range(best_moved.size()):
+            order.push_back(SizeOffset(SIZE_MAX - ss[best_moved[i]], <size_t>best_moved[i]))
+        sort(order.begin(), order.end())
+        for i in range(self.scan_bins.size()):
+            j = self.scan_bins[i].second
+            if j < best_lo or j >= best_end:
+                bins.push_back(SizeOffset(SIZE_MAX - self.scan_bins[i].first, j))
+        sort(bins.begin(), bins.end())
+        cdef vector[size_t] dst_of
+        cdef vector[unsigned char] taken, is_moved
+        dst_of.assign(best_end - best_lo, 0)
+        taken.assign(bins.size(), 0)
+        cdef size_t need
+        for i in range(order.size()):
+            need = SIZE_MAX - order[i].first
+            for k in range(<int>bins.size()):
+                if not taken[k] and bins[k].first >= need:
+                    taken[k] = 1
+                    dst_of[order[i].second - best_lo] = self.pieces_[ps[bins[k].second]].offset
+                    break
+        is_moved.assign(best_end - best_lo, 0)
+        for i in range(best_moved.size()):
+            is_moved[best_moved[i] - best_lo] = 1
+        for j in range(best_lo, best_end):
+            if is_moved[j - best_lo]:
+                self.plan_moves.push_back(self.pieces_[ps[j]].storage)
+                self.plan_dst.push_back(dst_of[j - best_lo])
+            elif fs[j] & W_CANDIDATE:
+                victims.push_back(self.pieces_[ps[j]].storage)
+
+    cdef bint _plan(self, size_t lo, size_t end, vector[size_t]& outb, vector[int]& moved,
+                    double* cost) noexcept:
+        """The cheapest plan for the window of scan entries lo..end-1, with outb the sizes of
+        the free pieces outside it, largest first: False when its pieces that must move cannot
+        all have their own destination. Moved pieces need distinct destinations (one each), so
+        a set can move iff its k-th largest piece fits the k-th largest destination; those sets
+        are a matroid's independent sets, and adding the optional movers greedily by saving
+        (h - move cost, largest first, then lowest address) to the forced ones is optimal.
+        moved: the moved entries; cost: the plan's cost, summed in address order."""
+        cdef double* hs = self.scan_h.data()
+        cdef size_t* ss = self.scan_size.data()
+        cdef unsigned char* fs = self.scan_flags.data()
+        cdef double rate = self.move_rate, m, total = 0.0
+        cdef vector[size_t]* chosen = &self.plan_chosen    # moved sizes, largest first
+        cdef vector[pair[double, size_t]] optional
+        cdef unsigned char* is_moved
+        cdef size_t t, i
+        self.plan_flag.assign(end - lo, 0)
+        is_moved = self.plan_flag.data()
+        chosen.clear()
+        moved.clear()
+        for t in range(lo, end):
+            if outb.empty():
+                break               # nothing can move: every piece is evicted (or free)
+            if fs[t] & W_FREE or not (fs[t] & W_MOVABLE):
+                continue
+            m = <double>ss[t] * rate
+            if not (fs[t] & W_CANDIDATE):
+                if not _fits_with(chosen[0], ss[t], outb):
+                    return False
+                _insert_desc(chosen[0], ss[t])
+                is_moved[t - lo] = 1
+            elif m < hs[t]:
+                optional.push_back(pair[double, size_t](m - hs[t], t))
+        sort(optional.begin(), optional.end())
+        for i in range(optional.size()):
+            if chosen.size() >= outb.size():
+                break
+            t = optional[i].second
+            if _fits_with(chosen[0], ss[t], outb):
+                _insert_desc(chosen[0], ss[t])
+                is_moved[t - lo] = 1
+        for t in range(lo, end):
+            if fs[t] & W_FREE:
+                continue
+            if is_moved[t - lo]:
+                total = total + <double>ss[t] * rate
+                moved.push_back(<int>t)
+            else:
+                total = total + hs[t]
+        cost[0] = total
+        return True
 
     # ---- Python API -------------------------------------------------------------------------
 
@@ -660,6 +910,7 @@ cdef class Arena:
             "last_access": st.last_access,
             "pins": self.c_pins(slot),
             "evictable": bool(self.c_evictable(slot)),
+            "movable": bool(st.movable),
             "class_cost": self.classes[st.eq_class].cost if st.eq_class >= 0 else None,
         }
 
@@ -674,6 +925,44 @@ cdef class Arena:
             idx = self.pieces_[idx].next
         return out
 
+    @property
+    def move_cost(self):
+        """Cost of moving one byte in policy coop's window (float('inf'), the default: coop
+        never moves). Costs are in the unit of the storages' costs."""
+        return self.move_rate
+
+    @move_cost.setter
+    def move_cost(self, value):
+        rate = float(value)
+        if rate != rate or rate < 0.0:
+            raise ValueError(f"move_cost must be a number >= 0 (inf: never move), got {value!r}")
+        self.move_rate = rate
+
+    def set_movable(self, sid, flag):
+        self.c_set_movable(self._slot(sid), bool(flag))
+
+    def move(self, sid, offset):
+        """Relocate resident sid to the free piece starting at offset (bookkeeping only)."""
+        self.c_move(self._slot(sid), _size_arg(offset, "offset"))
+
+    def choose_plan(self, nbytes, policy, now):
+        """What the policy would do for a request of nbytes (does nothing): a dict with
+        victims (storage ids), moves ([(storage id, destination offset)], address order) and,
+        for coop, the window's cost, start (offset of its first piece) and pieces (its length);
+        cost None, start None, pieces 0 when no window is chosen."""
+        cdef size_t size = self._checked_request(nbytes)
+        cdef int code = policy_code(policy, self.ideal)
+        cdef vector[int] victims
+        self._choose(size, code, _clock_arg(now), victims)
+        return {
+            "victims": [self.storages[s].sid for s in victims],
+            "moves": [(self.storages[self.plan_moves[k]].sid, self.plan_dst[k])
+                      for k in range(self.plan_moves.size())],
+            "cost": self.plan_cost if self.plan_start >= 0 else None,
+            "start": self.plan_start if self.plan_start >= 0 else None,
+            "pieces": self.plan_len,
+        }
+
     def choose_victims(self, nbytes, policy, now):
         """The storages the policy would evict for a request of nbytes (evicts nothing)."""
         cdef size_t size = self._checked_request(nbytes)
@@ -682,16 +971,23 @@ cdef class Arena:
         self._choose(size, code, _clock_arg(now), victims)
         return [self.storages[s].sid for s in victims]
 
-    def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE):
-        """Place nbytes, evicting through evict(list of storage ids) until it fits."""
+    def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE,
+                          move=None):
+        """Place nbytes, evicting through evict(list of storage ids) until it fits; a window
+        that moves pieces (see move_cost) calls move(storage id, old offset, new offset), when
+        given, before the arena relocates each one (copy the bytes there)."""
         cdef size_t n = _size_arg(nbytes, "the request")
         if n > self.capacity:
             raise self._too_large(n)
         cdef int code = policy_code(policy, self.ideal)
         cdef int slot = self._unbound_slot(storage)
+        if move is not None and not callable(move):
+            raise TypeError(f"move must be callable or None, got {move!r}")
+        cdef _CallbackEvictor ev = _CallbackEvictor(evict)
+        ev.move_fn = move
         cdef Py_ssize_t offset = self.c_allocate_or_evict(
             self.request_size(n), _placement_arg(placement), code, _clock_arg(now), slot,
-            _CallbackEvictor(evict), policy)
+            ev, policy)
         self.c_log_request(n)
         return offset
 
@@ -747,6 +1043,9 @@ cdef class Arena:
             "fragmentation_rate": self.frag_sum / self.searches if self.searches else 0.0,
             "failed_allocations": self.failed,
             "largest_free_ratio": self.largest_ratio_sum / self.failed if self.failed else 0.0,
+            "window_moves": self.moves,
+            "bytes_moved": self.bytes_moved,
+            "move_cost": self.move_cost_sum,
         }
 
     def check(self):
@@ -798,17 +1097,20 @@ cdef class Arena:
             self.searches += 1
             free_bytes = self.capacity - self.used_bytes
             self.frag_sum += <double>free_bytes / <double>self.capacity
-            if victims.empty():
+            if victims.empty() and self.plan_moves.empty():
                 self.failed += 1
                 self.largest_ratio_sum += (
                     <double>self.largest_free() / <double>free_bytes if free_bytes else 1.0)
                 raise self._oom(size, policy)
+            if not self.plan_moves.empty():
+                self._do_moves(evictor)
             ids.clear()
             sizes.clear()
             for s in victims:
                 ids.push_back(self.storages[s].sid)
                 sizes.push_back(self.pieces_[self.storages[s].piece].size)
-            evictor.evict(self, victims)
+            if not victims.empty():
+                evictor.evict(self, victims)
             still = []
             for k in range(ids.size()):
                 if not self.by_sid.count(ids[k]) or self.storages[self.by_sid[ids[k]]].piece < 0:
@@ -827,6 +1129,52 @@ cdef class Arena:
                 raise ValueError(f"storage {key} was removed during its own allocation (by the "
                                  "evict callback); a callback must not remove or re-add it")
 
+    cdef int _do_moves(self, Evictor evictor) except -1:
+        """Relocate the chosen window's moved storages: every destination is taken first (so a
+        freed source cannot merge into a destination still to take), then evictor.move copies
+        each storage's bytes (or refuses: the storage becomes unmovable and its destination is
+        freed again), each moved storage is bound to its new piece, evictor.moved runs, and
+        the old pieces still used are freed, in the plan's order."""
+        cdef bint logging = self.logging
+        self.logging = False     # a move is no allocation of the caller's: the log skips it
+        try:
+            self._relocate_all(evictor)
+        finally:
+            self.logging = logging
+        return 0
+
+    cdef int _relocate_all(self, Evictor evictor) except -1:
+        cdef vector[int] slots = self.plan_moves
+        cdef vector[size_t] dsts = self.plan_dst
+        cdef vector[int] news
+        cdef vector[size_t] olds
+        cdef size_t k, size
+        cdef int slot, old
+        for k in range(slots.size()):
+            news.push_back(self._carve(dsts[k], self.pieces_[self.storages[slots[k]].piece].size,
+                                       self.storages[slots[k]].sid))
+        for k in range(slots.size()):
+            slot = slots[k]
+            old = self.storages[slot].piece
+            size = self.pieces_[old].size
+            if evictor.move(self, slot, self.pieces_[old].offset, dsts[k]):
+                olds.push_back(self.pieces_[old].offset)
+                self._rebind(slot, news[k])
+                self.moves += 1
+                self.bytes_moved += size
+                self.move_cost_sum = self.move_cost_sum + <double>size * self.move_rate
+            else:
+                self.c_set_movable(slot, False)
+                olds.push_back(dsts[k])
+        evictor.moved(self)
+        cdef size_t nb
+        cdef int s_old
+        for k in range(olds.size()):
+            # the owner may have freed an old piece already (its array died in moved())
+            if self.c_used_piece(olds[k], &nb, &s_old) == 0 and s_old < 0:
+                self.c_free(olds[k])
+        return 0
+
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbours,
                            bint evictable) except -1:
         """Register key (not resident) with neighbour slots (distinct from its own); its slot."""
@@ -836,10 +1184,11 @@ cdef class Arena:
             self.storage_pool.pop_back()
         else:
             slot = <int>self.storages.size()
-            self.storages.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False))
+            self.storages.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False, True))
             self.adjacency.push_back(vector[int]())
             self.stamps.push_back(0)
-        self.storages[slot] = Storage(key, cost, cost, 0.0, -1, 0, evictable, -1, slot, slot, True)
+        self.storages[slot] = Storage(key, cost, cost, 0.0, -1, 0, evictable, -1, slot, slot, True,
+                                      True)
         self.adjacency[slot].clear()
         self.by_sid[key] = slot
         cdef int n_slot
@@ -929,6 +1278,70 @@ cdef class Arena:
 
     cdef void c_set_evictable(self, int slot, bint flag) noexcept:
         self.storages[slot].evictable = flag
+        self._sync(slot)
+
+    cdef void c_set_movable(self, int slot, bint flag) noexcept:
+        self.storages[slot].movable = flag
+        self._sync(slot)
+
+    cdef bint c_movable(self, int slot) noexcept:
+        return self.storages[slot].movable
+
+    cdef int c_move(self, int slot, size_t dst) except -1:
+        """Relocate resident slot to the low end of the free piece starting at dst (its bytes
+        are the owner's to copy): the new piece is bound to slot, the old one freed without
+        evicting anything. ValueError naming the problem when slot is not resident or no free
+        piece that holds it starts at dst."""
+        if slot < 0 or <size_t>slot >= self.storages.size() or not self.storages[slot].live:
+            raise ValueError(f"move to offset {dst}: storage slot {slot} is not registered")
+        cdef int old = self.storages[slot].piece
+        if old < 0:
+            raise ValueError(f"move of storage {self.storages[slot].sid} to offset {dst}: it is "
+                             "not resident")
+        cdef int idx = self._carve(dst, self.pieces_[old].size, self.storages[slot].sid)
+        self._rebind(slot, idx)
+        self.c_free(self.pieces_[old].offset)      # anonymous now: freed, nothing evicted
+        return 0
+
+    cdef int _carve(self, size_t dst, size_t size, int64_t sid) except -1:
+        """An anonymous used piece of size at the low end of the free piece starting at dst."""
+        cdef unordered_map[size_t, int].iterator it = self.by_offset.find(dst)
+        if (it == self.by_offset.end() or not self.pieces_[deref(it).second].free
+                or self.pieces_[deref(it).second].size < size):
+            raise ValueError(f"move of storage {sid} ({size} bytes) to offset {dst}: no free "
+                             f"piece of at least {size} bytes starts there")
+        cdef int idx = deref(it).second, rest
+        cdef Piece* p = &self.pieces_[idx]
+        self._unindex_free(idx)
+        if p.size > size:
+            rest = self._new_piece(p.offset + size, p.size - size, idx, p.next, True)
+            p = &self.pieces_[idx]
+            if p.next >= 0:
+                self.pieces_[p.next].prev = rest
+            p.next = rest
+            p.size = size
+            self._index_free(rest)
+            self.n_pieces += 1
+        p.free = False
+        _entry_mirror(self, idx)
+        self.used_bytes += size
+        if self.used_bytes > self.peak_used:
+            self.peak_used = self.used_bytes
+        if self.logging:
+            self.alloc_log.push_back(<int64_t>dst)
+            self.alloc_log.push_back(<int64_t>size)
+        return idx
+
+    cdef void _rebind(self, int slot, int idx) noexcept:
+        """Resident slot's storage moves to the anonymous used piece idx; its old piece stays
+        used, anonymous (a wall in the block mirror)."""
+        cdef int old = self.storages[slot].piece
+        cdef int k = _entry(self, old)
+        self.pieces_[old].storage = -1
+        self.blocks[self.pieces_[old].block].flags[k] = 0
+        self.blocks[self.pieces_[old].block].cprime[k] = 0.0
+        self.pieces_[idx].storage = slot
+        self.storages[slot].piece = idx
         self._sync(slot)
 
     cdef double c_cost(self, int slot) noexcept:
@@ -1028,6 +1441,44 @@ cdef inline double _stale(double last_access, double now) noexcept:
     return s if s > 1.0 else 1.0
 
 
+cdef inline unsigned char _flags(Storage* st) noexcept:
+    """A resident storage's scan flags: W_CANDIDATE and W_MOVABLE bits, 0 for a wall."""
+    if st.pins != 0:
+        return 0
+    return (W_CANDIDATE if st.evictable else 0) | (W_MOVABLE if st.movable else 0)
+
+
+cdef inline bint _mover(int* nmand, int* nopt, size_t j) noexcept:
+    """Whether scan entry j may move (must, or more cheaply than it is evicted)."""
+    return nmand[j + 1] + nopt[j + 1] != nmand[j] + nopt[j]
+
+
+cdef bint _fits_with(vector[size_t]& chosen, size_t x, vector[size_t]& outb) noexcept:
+    """Whether the sizes chosen (largest first) plus x have distinct destinations among outb
+    (largest first): the k-th largest size fits the k-th largest destination, for every k."""
+    cdef size_t n = chosen.size() + 1, k, i = 0, y
+    cdef bint placed = False
+    if n > outb.size():
+        return False
+    for k in range(n):
+        if not placed and (i == chosen.size() or x > chosen[i]):
+            y = x
+            placed = True
+        else:
+            y = chosen[i]
+            i += 1
+        if y > outb[k]:
+            return False
+    return True
+
+
+cdef void _insert_desc(vector[size_t]& chosen, size_t x) noexcept:
+    cdef size_t i = 0
+    while i < chosen.size() and chosen[i] >= x:
+        i += 1
+    chosen.insert(chosen.begin() + i, x)
+
+
 cdef inline bint _contains(vector[int]& items, int value) noexcept:
     cdef int x
     for x in items:
@@ -1061,18 +1512,37 @@ cdef class Evictor:
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
         raise NotImplementedError
 
+    cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1:
+        """Copy resident slot's bytes from its piece at src to the (already taken) piece at
+        dst and return 1; the arena then binds slot to dst and frees src. 0 refuses (the
+        storage becomes unmovable). The default copies nothing (owners of sizes only)."""
+        return 1
+
+    cdef int moved(self, Arena arena) except -1:
+        """The window's moved storages are bound to their new pieces; their old pieces are
+        anonymous now, and the arena frees those still used after this returns (an owner whose
+        memory objects free their pieces when they die may let them die here)."""
+        return 0
+
 
 cdef class _CallbackEvictor(Evictor):
     """Evictor over a Python callable: evict(list of storage ids)."""
 
     cdef object fn
+    cdef object move_fn
 
     def __cinit__(self, fn, *args, **kwargs):
         self.fn = fn
+        self.move_fn = None
 
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
         self.fn([arena.c_sid(s) for s in victims])
         return 0
+
+    cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1:
+        if self.move_fn is not None:
+            return 0 if self.move_fn(arena.c_sid(slot), src, dst) is False else 1
+        return 1
 
 
 cdef class CallbackOwner(_CallbackEvictor):

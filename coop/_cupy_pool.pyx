@@ -57,6 +57,21 @@ cdef class Piece:
                     home.order.on_free(self.stream_key)
 
 
+def adopt(home, Arena arena, size_t base, size_t offset, size_t nbytes, stream_key,
+          int device_id):
+    """A MemoryPointer owning the used piece at offset, already taken in the arena (a move's
+    destination): freed, like serve's, when CuPy drops its last view."""
+    cdef Piece piece = Piece.__new__(Piece)
+    piece.home = home
+    piece.arena = arena
+    piece.offset = offset
+    piece.nbytes = arena.request_size(nbytes)
+    piece.stream_key = stream_key
+    memory = UnownedMemory(base + offset, nbytes, piece, device_id)
+    piece.memory_id = id(memory)
+    return MemoryPointer(memory, 0)
+
+
 def serve(home, Arena arena, size_t base, size_t nbytes, int placement, stream_key,
           int device_id):
     """A MemoryPointer to a new piece of nbytes (> 0) at base + offset (OutOfMemoryError from

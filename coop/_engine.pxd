@@ -10,10 +10,13 @@ cdef class Executor:
     copy one storage's bytes into new memory. Sizes-only executors are Cython subclasses;
     the array executor (host, CuPy) is a Python subclass."""
     cdef public Engine engine      # set by Engine.__init__
+    cdef public bint can_move      # relocate moves memory: coop's window may move storages
     cpdef int run(self, int op) except -1
     cpdef bint drop(self, int storage) except -1
     cpdef int forget(self, int storage) except -1
     cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1
+    cpdef bint relocate(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
+    cpdef int moved(self) except -1
 
 
 cdef class Engine(Evictor):
@@ -60,6 +63,7 @@ cdef class Engine(Evictor):
     cdef readonly double cost_total, cost_first
     cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, moves, held_count
     cdef readonly int64_t const_bytes, bound_bytes
+    cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
 
     # storages
     cdef int _new_sid(self) except -1

@@ -22,12 +22,13 @@ core calls ``evict`` with its victims, whichever backend allocation ran out of r
 running an op, dropping memory and copying mean is the executor's (coop._replay.SizeExecutor
 for sizes only; coop._executor.ArrayExecutor for NumPy and CuPy arrays).
 """
-from libc.math cimport isfinite
+from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int64_t, uint64_t
 from libcpp.vector cimport vector
 
 from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor, policy_code
 
+from coop.kernel import DEVICES
 from coop.policies import get_policy
 
 
@@ -55,6 +56,16 @@ cdef class Executor:
         anonymous piece at release (>= 0), if the executor frees pieces itself."""
         raise NotImplementedError
 
+    cpdef bint relocate(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1:
+        """Copy resident storage's bytes from its memory at offset src to the (already
+        taken) piece at dst, which becomes its memory; False refuses (memory held elsewhere).
+        Called only when can_move is set."""
+        return False
+
+    cpdef int moved(self) except -1:
+        """The moved storages are bound to their new pieces: the old memory may go now."""
+        return 0
+
 
 cdef class Engine(Evictor):
     """One run's residency state and rules over one arena (see the module docstring).
@@ -63,7 +74,8 @@ cdef class Engine(Evictor):
     thrash_cost: raise Thrash once the cost executed passes it (0: never).
     """
 
-    def __init__(self, Arena arena, policy, Executor executor, double thrash_cost=0.0):
+    def __init__(self, Arena arena, policy, Executor executor, double thrash_cost=0.0,
+                 move_cost=None):
         cdef object record = get_policy(policy)
         if record.ideal != arena.ideal:
             raise ValueError(f"policy {record.name!r} needs "
@@ -81,6 +93,16 @@ cdef class Engine(Evictor):
         self.thrash_cost = thrash_cost
         self.arena = arena
         self.executor = executor
+        # coop's window moves pieces when the policy does and the executor can (docs/core.md,
+        # Moving): at move_cost per byte (the engine's cost unit), by default a copy's read and
+        # write of each byte at the a100-80gb's bandwidth, in ns (the traces' cost model)
+        self.move_rate = INFINITY
+        if record.move and executor.can_move and not arena.ideal:
+            self.move_rate = (2e9 / DEVICES["a100-80gb"].bytes_per_s if move_cost is None
+                              else float(move_cost))
+            if not (self.move_rate >= 0.0):
+                raise ValueError(f"move_cost must be a number >= 0, got {move_cost!r}")
+        arena.move_cost = self.move_rate
         arena.attach(self)
         executor.engine = self
         self.cur_op = -1
@@ -183,6 +205,22 @@ cdef class Engine(Evictor):
             self._drop(<int>arena.c_sid(v))
         return 0
 
+    cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1:
+        """The core moves resident s (coop's window): the executor copies its bytes; the cost
+        (bytes times move_rate) is charged as executed cost and advances the clock."""
+        cdef int s = <int>arena.c_sid(slot)
+        if self.held[s] or not self.executor.relocate(s, <Py_ssize_t>src, <Py_ssize_t>dst):
+            return 0
+        self.offset[s] = <Py_ssize_t>dst
+        cdef double c = <double>self.arena.request_size(self.size[s]) * self.move_rate
+        self.cost_total += c
+        self.now += c
+        return 1
+
+    cdef int moved(self, Arena arena) except -1:
+        self.executor.moved()
+        return 0
+
     cdef int _drop(self, int s) except -1:
         """Free resident s's memory through the executor; one it cannot free (held by a user's
         array) is held: never evicted again."""
@@ -194,6 +232,7 @@ cdef class Engine(Evictor):
             self.held[s] = 1
             self.held_count += 1
             self.arena.c_set_evictable(self.slot[s], False)
+            self.arena.c_set_movable(self.slot[s], False)
         return 0
 
     # ---- pins and residency -------------------------------------------------------------------

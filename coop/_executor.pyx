@@ -18,7 +18,7 @@ cimport numpy as cnp
 
 import numpy
 
-from coop._core import LOWEST
+from coop._core import EXPENSIVE, LOWEST
 from coop._replay import SizeExecutor
 from coop.arrays import build_view, memory_of
 from coop.kernel import is_spec, spec_nbytes, specs_of
@@ -130,6 +130,7 @@ cdef class ArrayExecutor(Executor):
     cdef bint host                # NumPy: the memory's owner is the array (else CuPy's mem)
     cdef public list arrays       # storage id -> its memory array while resident, else None
     cdef public list records      # op id -> OpRecord (a dead op's entry waits to be reused)
+    cdef list moved_out           # memory arrays of storages just moved: they die in moved()
     cdef readonly bint logs_allocations   # a host trace records the kernels' allocations
 
     def __init__(self, backend):
@@ -141,6 +142,10 @@ cdef class ArrayExecutor(Executor):
         self.logs_allocations = self.host
         self.arrays = []
         self.records = []
+        self.moved_out = []
+        # memory moves inside the arena: numpy.copyto on the host; on a device, a
+        # device-to-device copy on the current stream (backends that can adopt a piece)
+        self.can_move = self.host or hasattr(backend, "adopt_at")
 
     def constant(self, runtime, data, dtype):
         """A constant holding a copy of data, placed first fit from the low end: (its view,
@@ -351,6 +356,49 @@ cdef class ArrayExecutor(Executor):
         del base, memory
         self.arrays[sid] = None
         return True
+
+    cpdef bint relocate(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
+        """Move sid's bytes to the piece at dst (taken already): a new memory array there,
+        a copy from the old one (numpy.copyto; on a device, a device-to-device copy on the
+        current stream), which dies in moved() (freeing src). Refused (False) when something
+        else holds the memory (as drop) or it is not C-contiguous."""
+        cdef object memory = self.arrays[sid] if sid < len(self.arrays) else None
+        if memory is None or Py_REFCNT(memory) > 2:
+            return False
+        cdef object base = memory.base
+        if base is not None and Py_REFCNT(base) > 2:
+            return False
+        del base
+        if not memory.flags.c_contiguous:
+            return False
+        backend = self.backend
+        if not self.host:
+            mem = memory.data.mem
+            if Py_REFCNT(mem) > 2:
+                return False
+            del mem
+            pointer = backend.adopt_at(dst, memory.nbytes)
+            moved = self.xp.ndarray(memory.shape, memory.dtype, pointer)
+            moved.data.copy_from_device_async(memory.data, memory.nbytes)
+            self.arrays[sid] = moved
+            self.moved_out.append(memory)
+            return True
+        with self._placing(EXPENSIVE):
+            backend.place_next_at(dst)
+            try:
+                moved = numpy.empty_like(memory, order="C")
+            finally:
+                backend.place_next_at(-1)
+        if backend.offset_of(moved) != dst:
+            return False          # NumPy allocated nothing (or elsewhere): the copy stays out
+        numpy.copyto(moved, memory, casting="no")
+        self.arrays[sid] = moved
+        self.moved_out.append(memory)
+        return True
+
+    cpdef int moved(self) except -1:
+        self.moved_out.clear()
+        return 0
 
     cpdef int forget(self, int sid) except -1:
         if sid < len(self.arrays):

@@ -81,12 +81,14 @@ cdef class HostBackend:
     cdef long long n_malloc, n_calloc, n_realloc, n_free   # handler calls, for tests and profiles
     cdef long long n_slow              # allocations that went through allocate_or_evict
     cdef long long n_foreign           # frees/reallocs of memory outside the buffer (ignored)
+    cdef Py_ssize_t next_at            # >= 0: the next allocation takes this used piece (a move)
 
     def __cinit__(self, nbytes, alignment=64):
         self.arena = Arena(nbytes, alignment)
         self.arena.managed_by = "coop.numpy_allocator"   # its arrays free their own pieces
         cdef void* mem = NULL
         cdef size_t align = max(self.arena.alignment, sizeof(void*))
+        self.next_at = -1
         if posix_memalign(&mem, align, self.arena.capacity) != 0:
             raise MemoryError(f"coop: cannot reserve the {self.arena.capacity}-byte host arena")
         self.buf = <char*>mem
@@ -177,6 +179,12 @@ cdef class HostBackend:
         ctx.placement = placement
         return ctx
 
+    def place_next_at(self, Py_ssize_t offset):
+        """The next allocation through the handler returns the used, anonymous piece at
+        offset, already taken in the arena (a move's destination: the array allocated gets
+        it, and frees it when it dies); -1 cancels."""
+        self.next_at = offset
+
     def array_at(self, Py_ssize_t offset, Py_ssize_t nbytes):
         """A flat uint8 array over nbytes of the buffer at offset (it keeps the backend alive,
         not the piece: the caller owns the piece's lifetime)."""
@@ -226,6 +234,10 @@ cdef class HostBackend:
     cdef char* _allocate(self, size_t nbytes) noexcept:
         """Best fit without Python calls; else the eviction loop. NULL (and last_error) on failure."""
         cdef Py_ssize_t offset = -1
+        if self.next_at >= 0:
+            offset = self.next_at
+            self.next_at = -1
+            return self.buf + offset
         if nbytes <= self.arena.capacity:
             offset = self.arena.c_allocate(self.arena.request_size(nbytes), self.placement, -1)
             if offset >= 0:

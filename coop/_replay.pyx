@@ -172,6 +172,12 @@ def _check_program(n_values, sizes, records, ops, names):
 cdef class SizeExecutor(Executor):
     """Sizes only: running an op again places its evicted outputs; dropping frees pieces."""
 
+    def __cinit__(self, *args, **kwargs):
+        self.can_move = True       # no bytes to copy: a move is the arena's bookkeeping
+
+    cpdef bint relocate(self, int s, Py_ssize_t src, Py_ssize_t dst) except -1:
+        return True
+
     cpdef int run(self, int o) except -1:
         cdef Engine e = self.engine
         cdef vector[int] placed
@@ -292,11 +298,12 @@ cdef class Replayer:
     cdef readonly long long records
     cdef readonly int last_op          # the program op of the last call or mutate run, or -1
 
-    def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0):
+    def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
+                 move_cost=None):
         self.prog = prog
         self.executor = _ReplayExecutor()
         self.executor.prog = prog
-        self.engine = Engine(arena, policy, self.executor, thrash_cost)
+        self.engine = Engine(arena, policy, self.executor, thrash_cost, move_cost)
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
         self.last_op = -1

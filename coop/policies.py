@@ -22,6 +22,8 @@ class Policy:
     (else every tensor is placed EXPENSIVE);
     inplace: in-place kernels run through the recomputable in-place path;
     ideal: needs an ideal arena (``SimBackend(budget, ideal=True)``), and only it takes one;
+move: core ``coop`` may move pieces out of its window instead of evicting them (docs/core.md,
+Moving), where the executor can move memory;
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
     of ``core`` in ``coop.POLICIES``), for Cython owners.
     """
@@ -31,6 +33,7 @@ class Policy:
     partition: bool
     inplace: bool
     ideal: bool = False
+    move: bool = False
     core_code: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -53,6 +56,8 @@ POLICIES = {p.name: p for p in (
     Policy("coop-loop", "dtr", partition=True, inplace=True),
     # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
     Policy("dtr-ideal", "dtr", partition=False, inplace=True, ideal=True),
+    # coop whose window may also move pieces out of the way (docs/core.md, Moving)
+    Policy("coop-move", "coop", partition=True, inplace=True, move=True),
 )}
 
 

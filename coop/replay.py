@@ -15,6 +15,7 @@ from coop._engine import Thrash
 from coop._replay import Program, Replayer
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
+from coop.kernel import DEVICES
 from coop.policies import POLICIES, get_policy
 from coop.trace import MAX_BYTES, TraceError, load, valid_alignment
 
@@ -36,6 +37,17 @@ def _program(trace):
     if isinstance(trace, (str, os.PathLike)):
         return load(trace)
     raise TypeError(f"trace must be a path or a coop.trace Program, got {type(trace).__name__}")
+
+
+def move_cost(program):
+    """The cost of moving one byte for coop's window: the trace's own (meta move_cost, as
+    the recording runtime had it), else a copy's read and write of each byte at the bandwidth of
+    the trace's cost model (meta cost_model; a100-80gb, the recorders' default)."""
+    rate = program.meta.get("move_cost")
+    if rate is not None:
+        return float(rate)
+    spec = DEVICES.get(program.meta.get("cost_model") or "a100-80gb", DEVICES["a100-80gb"])
+    return 2e9 / spec.bytes_per_s
 
 
 def _alignment(program, alignment):
@@ -92,9 +104,11 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
 
     Returns a dict: status ("ok", "oom" or "thrash": stopped once the compute overhead passed
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
-    searches, search_time (s), fragmentation_rate, largest_free_ratio, peak_used_bytes, records,
-    wall_time (s), records_per_s, and the budget in bytes and as a ratio. check: verify the
-    arena's invariants at the end (Arena.check: AssertionError if one is broken).
+    searches, search_time (s), fragmentation_rate, largest_free_ratio, window_moves,
+    bytes_moved, move_cost (coop's moves: docs/core.md, Moving; the cost is in compute_overhead),
+    peak_used_bytes, records, wall_time (s), records_per_s, and the budget in bytes and as a
+    ratio. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
+    is broken).
     """
     program = _program(trace)
     ideal = get_policy(policy).ideal
@@ -118,7 +132,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
                          f"{thrash!r}")
     arena = Arena(nbytes, align, ideal=ideal)
     limit = thrash * program.cost_first if thrash else 0.0
-    replayer = Replayer(program, arena, policy, limit)
+    replayer = Replayer(program, arena, policy, limit, move_cost(program))
     status = "ok"
     t0 = time.perf_counter()
     try:
@@ -155,6 +169,9 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "fragmentation_rate": stats["fragmentation_rate"],
         "failed_allocations": stats["failed_allocations"],
         "largest_free_ratio": stats["largest_free_ratio"],
+        "window_moves": stats["window_moves"],
+        "bytes_moved": stats["bytes_moved"],
+        "move_cost": stats["move_cost"],
         "peak_used_bytes": stats["peak_used_bytes"],
         "lower_bound_bytes": counters["lower_bound_bytes"],
         "records": counters["records"],

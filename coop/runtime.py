@@ -96,7 +96,7 @@ class Runtime:
         bound = backend.bound() if hasattr(backend, "bound") else backend
         executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(bound)
         try:
-            engine = Engine(arena, record.name, executor)
+            engine = Engine(arena, record.name, executor, move_cost=_move_cost(cost))
         except BaseException:
             if previous is not None:      # refused: the backend stays the previous runtime's
                 arena.attach(previous)
@@ -397,6 +397,7 @@ class _Recording:
                 "budget": runtime.arena.capacity}
         if runtime.cost_model is not None:
             meta["cost_model"] = runtime.cost_model.name
+        meta["move_cost"] = _move_cost(runtime.cost_model)
         self.writer = TraceWriter(path, **meta)
         if runtime._engine.live_storages:
             self.writer.live(*_live_state(runtime))
@@ -450,6 +451,13 @@ def _default_cost(backend):
                       f"events), a device name or a coop.DeviceSpec", RuntimeWarning, stacklevel=3)
         return DEVICES["a100-80gb"]
     return spec
+
+
+def _move_cost(spec):
+    """Cost of moving one byte (coop's window, docs/core.md Moving), in the cost model's ns:
+    a copy reads and writes each byte at the device's bandwidth (measured host costs: the
+    "cpu" entry's)."""
+    return 2e9 / (spec if spec is not None else DEVICES["cpu"]).bytes_per_s
 
 
 def _allocs(log):

@@ -51,9 +51,12 @@ MB = 1 << 20
 FREE, CHEAP_USED, EXPENSIVE_USED, ANONYMOUS = range(4)
 STATE_NAMES = ("free", "used, cheap", "used, expensive", "anonymous / unevictable")
 STATE_COLORS = ("#f2f2f2", "#f5a623", "#2b6cb0", "#555555")
-# name -> (the core's policy, whether cheap tensors go to the high end of their free range)
-POLICIES = {name: (get_policy(name).core, get_policy(name).partition)
-            for name in ("dtr", "coop", "coop-no-partition", "none")}
+# name -> (the core's policy, whether cheap tensors go to the high end of their free range,
+# whether coop's window may move pieces out of the way)
+POLICIES = {name: (get_policy(name).core, get_policy(name).partition, get_policy(name).move)
+            for name in ("dtr", "coop", "coop-no-partition", "coop-move", "none")}
+# cost of moving one byte: a copy reads and writes each byte, as an elementwise op does
+MOVE_COST = 1.0 / MB
 
 
 # one op's output: its size, placement class, own cost, input sids and whether it is evictable
@@ -129,9 +132,14 @@ def schedule_releases(tensors, order, persistent):
 class Runtime:
     """Plays the runtime over one arena: allocation, pins, clock, evictions and recomputes."""
 
-    def __init__(self, tensors, capacity, policy, partition, bins):
+    def __init__(self, tensors, capacity, policy, partition, bins, move=False):
         self.tensors, self.policy, self.partition = tensors, policy, partition
         self.arena = coop.Arena(capacity)
+        # with moves, unevictable tensors get a storage too (unevictable, movable): the walls
+        # coop's window may move away; moves: (memory map row, destination offset, bytes)
+        self.move, self.moves = move, []
+        if move:
+            self.arena.move_cost = MOVE_COST
         self.offsets, self.evicted = {}, set()
         self.clock = self.executed = self.recompute_cost = 0.0
         self.recomputes = self.peak = 0
@@ -163,10 +171,13 @@ class Runtime:
             if t.evictable and not recompute:
                 neighbors = [x for x in t.inputs if self.tensors[x].evictable]
                 self.arena.add_storage(sid, t.cost, neighbors)
+            elif self.move and not recompute:
+                self.arena.add_storage(sid, t.cost, (), evictable=False)
             cls = t.cls if self.partition else coop.EXPENSIVE
-            storage = sid if t.evictable else coop.NO_STORAGE
+            storage = sid if t.evictable or self.move else coop.NO_STORAGE
             self.offsets[sid] = self.arena.allocate_or_evict(
-                t.nbytes, cls, self.policy, self.clock, self.evict, storage=storage)
+                t.nbytes, cls, self.policy, self.clock, self.evict, storage=storage,
+                move=self.moved)
         finally:
             for x in pinned:
                 self.arena.unpin(x)
@@ -181,12 +192,18 @@ class Runtime:
             self.recompute_cost += t.cost
         self.peak = max(self.peak, self.arena.stats()["used_bytes"])
 
+    def moved(self, sid, src, dst):
+        """The arena moves sid out of a window (coop-move): its bytes go to dst."""
+        self.offsets[sid] = dst
+        self.moves.append((len(self.rows), dst, self.tensors[sid].nbytes))
+        self.executed += self.arena.storage_info(sid)["nbytes"] * MOVE_COST   # the copy
+
     def release(self, sid):
         """The program drops sid: its piece (if resident) and its storage go."""
         if sid in self.offsets:
             self.arena.free(self.offsets.pop(sid))
         self.evicted.discard(sid)
-        if self.tensors[sid].evictable:
+        if self.tensors[sid].evictable or self.move:
             self.arena.remove_storage(sid)
 
     def sample(self):
@@ -194,15 +211,15 @@ class Runtime:
         pieces = self.arena.pieces()
         starts = np.fromiter((p[0] for p in pieces), np.int64, len(pieces))
         used = (EXPENSIVE_USED, CHEAP_USED)
-        states = np.array([FREE if free else ANONYMOUS if sid < 0 else used[self.tensors[sid].cls]
-                           for _, _, free, sid in pieces])
+        states = np.array([FREE if free else ANONYMOUS if sid < 0 or not self.tensors[sid].evictable
+                           else used[self.tensors[sid].cls] for _, _, free, sid in pieces])
         self.rows.append(states[np.searchsorted(starts, self.centers, side="right") - 1])
 
 
 def run(tensors, steps, capacity, policy_name, bins, label):
     """Runs the program; returns the runtime and the step where it ran out of memory (or None)."""
-    policy, partition = POLICIES[policy_name]
-    runtime = Runtime(tensors, capacity, policy, partition, bins)
+    policy, partition, move = POLICIES[policy_name]
+    runtime = Runtime(tensors, capacity, policy, partition, bins, move)
     failed_at = None
     start = time.perf_counter()
     for index, (kind, sid) in enumerate(tqdm(steps, desc=label, unit="step", leave=False)):
@@ -228,8 +245,15 @@ def save_memory_map(runtime, path, title):
     ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest", vmin=0, vmax=3,
               cmap=ListedColormap(STATE_COLORS), extent=(0, grid.shape[1], 0, mib))
     ax.set(xlabel="time step (op)", ylabel="address (MiB)", title=title)
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in STATE_COLORS],
-              labels=STATE_NAMES, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in STATE_COLORS]
+    labels = list(STATE_NAMES)
+    if runtime.moves:    # coop-move: where each moved piece went, at the step it moved
+        rows, dsts, sizes = np.array(runtime.moves, dtype=np.float64).T
+        ax.plot(rows + 0.5, (dsts + sizes / 2) / MB, "v", color="#d0021b", ms=7, mec="white")
+        handles.append(plt.Line2D([], [], color="#d0021b", marker="v", ls=""))
+        labels.append(f"moved here ({len(runtime.moves)})")
+    ax.legend(handles=handles, labels=labels, loc="upper left", bbox_to_anchor=(1.01, 1),
+              fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -249,6 +273,8 @@ def report_rows(runtime, failed_at, baseline_cost, total_steps):
         ("compute overhead", overhead),
         ("fragmentation rate", f"{s['fragmentation_rate']:.3f}"),
         ("largest free / free at failures", f"{np.mean(ratios):.3f}" if ratios else "-"),
+        ("moves", f"{s['window_moves']}"),
+        ("bytes moved (MiB)", f"{s['bytes_moved'] / MB:.1f}"),
         ("eviction searches", f"{s['searches']}"),
         ("search time (ms)", f"{s['search_time'] * 1e3:.2f}"),
         ("peak used (MiB)", f"{runtime.peak / MB:.1f}"),

@@ -50,6 +50,7 @@ class _Storage:
         self.cost = cost
         self.neighbors = set()
         self.evictable = evictable
+        self.movable = True
         self.pins = 0
         self.last_access = 0.0
         self.eq_class = None  # equivalence class id while evicted after having been resident
@@ -84,6 +85,11 @@ class ReferenceArena:
         self._failed = 0
         self._largest_ratio_sum = 0.0
         self._owner = None
+        self.move_cost_per_byte = math.inf   # move_cost: inf, coop never moves
+        self._moves = 0
+        self._bytes_moved = 0
+        self._move_cost = 0.0
+        self._plan = None  # the last coop choice: (cost, start, pieces, moves)
         self._log = None  # [offset, nbytes or -1, ...] while start_log is in effect
 
     # ---- lookups ----------------------------------------------------------------------------
@@ -283,12 +289,102 @@ class ReferenceArena:
                         best = (key, i, j)
         if best is None:
             return []
-        _, i, j = best
-        return [p[STORAGE] for p in pieces[i:j + 1] if not p[FREE]]
+        key, i, j = best
+        self._plan = (key[0], key[1], key[2], [])
+        return [p[STORAGE] for p in pieces[i:j + 1] if not p[FREE] and self._candidate(p)]
+
+    def _moving_window(self, size, now):
+        """docs/core.md, "Moving": every window i..j of pieces that are free, candidates or
+        movable, each with its cheapest plan (_window_plan); the least (cost, start, pieces)."""
+        pieces, rate = self._pieces, self.move_cost_per_byte
+        ways = []  # per piece: None (a wall), "free", or (h or None, move cost or None)
+        for p in pieces:
+            if p[FREE]:
+                ways.append("free")
+                continue
+            st = self._storages[p[STORAGE]] if p[STORAGE] is not None else None
+            if st is None or st.pins:
+                ways.append(None)
+                continue
+            h = (self._cprime(p[STORAGE]) / self._staleness(p[STORAGE], now)
+                 if st.evictable else None)
+            m = p[SIZE] * rate if st.movable else None
+            ways.append(None if h is None and m is None else (h, m))
+        best = None
+        for i in range(len(pieces)):
+            covered = 0
+            for j in range(i, len(pieces)):
+                if ways[j] is None:
+                    break
+                covered += pieces[j][SIZE]
+                if covered < size:
+                    continue
+                plan = self._window_plan(ways, i, j)
+                if plan is not None:
+                    key = (plan[0], pieces[i][OFFSET], j - i + 1)
+                    if best is None or key < best[0]:
+                        best = (key, i, j, plan[1])
+        if best is None:
+            return [], []
+        (cost, start, n), i, j, moved = best
+        outside = sorted((p[SIZE], p[OFFSET]) for k, p in enumerate(pieces)
+                         if p[FREE] and not i <= k <= j)
+        destination = {}
+        for _, t in sorted((-pieces[t][SIZE], t) for t in moved):
+            fit = next(b for b in outside if b[0] >= pieces[t][SIZE])
+            outside.remove(fit)
+            destination[t] = fit[1]
+        moves = [(pieces[t][STORAGE], destination[t]) for t in range(i, j + 1) if t in moved]
+        victims = [pieces[t][STORAGE] for t in range(i, j + 1)
+                   if ways[t] != "free" and t not in moved]
+        self._plan = (cost, start, n, moves)
+        return victims, moves
+
+    def _window_plan(self, ways, i, j):
+        """(cost, moved piece indices) of window i..j, or None when the pieces that must move
+        cannot each have their own free piece outside the window. Forced movers first, then the
+        optional ones by saving (largest first, then lowest address) while they still fit."""
+        pieces = self._pieces
+        bins = sorted((p[SIZE] for k, p in enumerate(pieces) if p[FREE] and not i <= k <= j),
+                      reverse=True)
+        chosen, moved = [], set()
+
+        def fits(extra):
+            sizes = sorted(chosen + [extra], reverse=True)
+            return len(sizes) <= len(bins) and all(a <= b for a, b in zip(sizes, bins))
+
+        optional = []
+        for t in range(i, j + 1):
+            if ways[t] == "free" or ways[t][1] is None:
+                continue
+            h, m = ways[t]
+            if h is None:
+                if not fits(pieces[t][SIZE]):
+                    return None
+                chosen.append(pieces[t][SIZE])
+                moved.add(t)
+            elif m < h:
+                optional.append((m - h, t))
+        for _, t in sorted(optional):
+            if len(chosen) >= len(bins):
+                break
+            if fits(pieces[t][SIZE]):
+                chosen.append(pieces[t][SIZE])
+                moved.add(t)
+        total = 0.0
+        for t in range(i, j + 1):
+            if ways[t] != "free":
+                total = total + (ways[t][1] if t in moved else ways[t][0])
+        return total, moved
 
     def _victims(self, size, policy, now):
+        self._plan = None
+        self._plan_moves = []
         if policy == "none":
             return []
+        if policy == "coop" and math.isfinite(self.move_cost_per_byte):
+            victims, self._plan_moves = self._moving_window(size, now)
+            return victims
         if policy == "coop":
             return self._window(size, now)
         scored = [(self._score(i, policy, now), p[OFFSET], p[STORAGE])
@@ -447,6 +543,7 @@ class ReferenceArena:
             "last_access": st.last_access,
             "pins": st.pins,
             "evictable": st.evictable,
+            "movable": st.movable,
             "class_cost": self._classes[st.eq_class][1] if st.eq_class is not None else None,
         }
 
@@ -458,15 +555,112 @@ class ReferenceArena:
         size = self._request(nbytes)
         return self._victims(size, self._policy(policy), _clock(now))
 
-    def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE):
+    def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE,
+                          move=None):
         size = self._request(nbytes)
         policy = self._policy(policy)
         sid = self._unbound(storage)
         placement = self._placement(placement)
         return self._evict_loop(size, operator.index(nbytes), placement, policy, _clock(now), evict,
-                                sid)
+                                sid, move)
 
-    def _evict_loop(self, size, nbytes, placement, policy, now, evict, sid):
+    def _relocate(self, sid, offset):
+        """sid's piece moves to the low end of the free piece at offset; the old one is freed
+        without evicting sid."""
+        old = self._piece_of(sid)
+        i = self._index_at(offset)
+        if old is None or i is None or not self._pieces[i][FREE] or \
+                self._pieces[i][SIZE] < old[SIZE]:
+            raise ValueError(f"move of storage {sid} to offset {offset}: no free piece that holds "
+                             "it starts there")
+        target = self._pieces[i]
+        if target[SIZE] == old[SIZE]:
+            used = target
+        else:
+            used = [offset, old[SIZE], None, False]
+            target[OFFSET] += old[SIZE]
+            target[SIZE] -= old[SIZE]
+            self._pieces.insert(i, used)
+        used[FREE] = False
+        used[STORAGE] = sid
+        self._peak_used = max(self._peak_used, self.used_bytes)
+        if self._log is not None:
+            self._log += [offset, old[SIZE]]
+        old[STORAGE] = None
+        self.free(old[OFFSET])
+
+    def _carve(self, offset, size):
+        i = self._index_at(offset)
+        if i is None or not self._pieces[i][FREE] or self._pieces[i][SIZE] < size:
+            raise ValueError(f"move to offset {offset}: no free piece of {size} bytes there")
+        target = self._pieces[i]
+        if target[SIZE] == size:
+            used = target
+        else:
+            used = [offset, size, None, False]
+            target[OFFSET] += size
+            target[SIZE] -= size
+            self._pieces.insert(i, used)
+        used[FREE] = False
+        self._peak_used = max(self._peak_used, self.used_bytes)
+        if self._log is not None:
+            self._log += [offset, size]
+        return used
+
+    def _do_moves(self, moves, move):
+        """Take every destination, copy (move callback), rebind, then free the old pieces;
+        none of it is logged."""
+        log, self._log = self._log, None
+        try:
+            self._relocate_all(moves, move)
+        finally:
+            self._log = log
+
+    def _relocate_all(self, moves, move):
+        news = [self._carve(dst, self._piece_of(sid)[SIZE]) for sid, dst in moves]
+        olds = []
+        for (sid, dst), new in zip(moves, news):
+            old = self._piece_of(sid)
+            if move is not None and move(sid, old[OFFSET], dst) is False:
+                self._storages[sid].movable = False
+                olds.append(dst)
+                continue
+            olds.append(old[OFFSET])
+            old[STORAGE] = None
+            new[STORAGE] = sid
+            self._moves += 1
+            self._bytes_moved += old[SIZE]
+            self._move_cost += old[SIZE] * self.move_cost_per_byte
+        for offset in olds:
+            self.free(offset)
+
+    def move(self, sid, offset):
+        self._get(sid)
+        self._relocate(_integer(sid, "storage id"), _nonnegative(offset, "offset"))
+
+    def set_movable(self, sid, flag):
+        self._get(sid).movable = bool(flag)
+
+    @property
+    def move_cost(self):
+        return self.move_cost_per_byte
+
+    @move_cost.setter
+    def move_cost(self, value):
+        rate = float(value)
+        if rate != rate or rate < 0.0:
+            raise ValueError(f"move_cost must be a number >= 0, got {value!r}")
+        self.move_cost_per_byte = rate
+
+    def choose_plan(self, nbytes, policy, now):
+        size = self._request(nbytes)
+        victims = self._victims(size, self._policy(policy), _clock(now))
+        plan = self._plan
+        return {"victims": victims, "moves": plan[3] if plan else [],
+                "cost": plan[0] if plan else None, "start": plan[1] if plan else None,
+                "pieces": plan[2] if plan else 0}
+
+    def _evict_loop(self, size, nbytes, placement, policy, now, evict, sid, move=None):
         while True:
             offset = self._place(size, placement, sid, nbytes)
             if offset >= 0:
@@ -477,12 +671,16 @@ class ReferenceArena:
             self._searches += 1
             free = self._free_bytes()
             self._fragmentation_sum += free / self.capacity
-            if not victims:
+            moves = self._plan_moves
+            if not victims and not moves:
                 self._failed += 1
                 self._largest_ratio_sum += self._largest_free() / free if free else 1.0
                 raise self._oom(size)
+            if moves:
+                self._do_moves(moves, move)
             sizes = [self._piece_of(v)[SIZE] for v in victims]
-            evict(list(victims))
+            if victims:
+                evict(list(victims))
             still = []
             for v, nbytes_v in zip(victims, sizes):
                 piece = self._piece_of(v) if v in self._storages else None
@@ -516,6 +714,9 @@ class ReferenceArena:
                 self._fragmentation_sum / self._searches if self._searches else 0.0,
             "failed_allocations": self._failed,
             "largest_free_ratio": self._largest_ratio_sum / self._failed if self._failed else 0.0,
+            "window_moves": self._moves,
+            "bytes_moved": self._bytes_moved,
+            "move_cost": self._move_cost,
         }
 
     def check(self):

@@ -16,7 +16,8 @@ from reference_arena import CallbackOwner as RefOwner
 from reference_arena import ReferenceArena
 
 COUNTERS = ("capacity", "used_bytes", "peak_used_bytes", "free_bytes", "largest_free", "pieces",
-            "free_pieces", "evictions", "bytes_evicted", "searches", "failed_allocations")
+            "free_pieces", "evictions", "bytes_evicted", "searches", "failed_allocations",
+            "window_moves", "bytes_moved", "move_cost")
 MEANS = ("fragmentation_rate", "largest_free_ratio")
 PLACEMENTS = st.sampled_from([EXPENSIVE, CHEAP, LOWEST])
 
@@ -50,10 +51,12 @@ class ArenaComparison(RuleBasedStateMachine):
         self.owner_logs = ([], [])
         self.logging = False
 
-    @initialize(k=st.integers(4, 16) | st.integers(4, 64), extra=st.integers(0, 63))
-    def create(self, k, extra):
+    @initialize(k=st.integers(4, 16) | st.integers(4, 64), extra=st.integers(0, 63),
+                rate=st.sampled_from([math.inf, 0.0, 1 / 64, 1 / 16]))
+    def create(self, k, extra, rate):
         self.core = coop.Arena(64 * k + extra, self.ALIGNMENT, ideal=self.IDEAL)
         self.ref = ReferenceArena(64 * k + extra, self.ALIGNMENT, ideal=self.IDEAL)
+        self.core.move_cost = self.ref.move_cost = rate    # coop's window moves unless inf
         assert (self.core.capacity, self.core.ideal) == (self.ref.capacity, self.IDEAL)
 
     # ---- helpers --------------------------------------------------------------------------------
@@ -144,12 +147,13 @@ class ArenaComparison(RuleBasedStateMachine):
 
     @precondition(lambda self: self.sids)
     @rule(data=st.data(),
-          method=st.sampled_from(["set_cost", "set_evictable", "pin", "unpin", "touch"]))
+          method=st.sampled_from(["set_cost", "set_evictable", "set_movable", "pin", "unpin",
+                                  "touch"]))
     def metadata(self, data, method):
         sid = data.draw(st.sampled_from(self.sids), label="sid")
         if method == "set_cost":
             args = (data.draw(st.integers(0, 20), label="cost"),)
-        elif method == "set_evictable":
+        elif method in ("set_evictable", "set_movable"):
             args = (data.draw(st.booleans(), label="flag"),)
         elif method == "touch":
             args = (float(self.clock),)
@@ -159,6 +163,20 @@ class ArenaComparison(RuleBasedStateMachine):
             self.refused("unpin", sid)
         else:
             assert self.both(method, sid, *args) == ("ok", None)
+
+    @rule(rate=st.sampled_from([math.inf, 0.0, 1 / 64, 1 / 16, 1 / 4, 1.0]))
+    def move_cost(self, rate):
+        """coop's window moves pieces at this cost per byte (inf: never)."""
+        self.core.move_cost = rate
+        self.ref.move_cost = rate
+        assert self.core.move_cost == self.ref.move_cost == rate
+
+    @rule(data=st.data())
+    def choose_plan(self, data):
+        args = (self.request(data), "dtr" if self.IDEAL else "coop", self.now(data))
+        kind, plan = self.both("choose_plan", *args)
+        assert kind == "ok"
+        event(f"choose_plan: {'moves' if plan['moves'] else 'no moves'}")
 
     @rule(dt=st.integers(0, 10))
     def advance_clock(self, dt):
@@ -213,6 +231,7 @@ class ArenaComparison(RuleBasedStateMachine):
             return
         logs = []
         results = []
+        moves = self.core.stats()["window_moves"]
         for arena in (self.core, self.ref):
             log = []
 
@@ -232,6 +251,8 @@ class ArenaComparison(RuleBasedStateMachine):
             logs.append(log)
         assert results[0] == results[1], (results, logs)
         assert logs[0] == logs[1]
+        if self.core.stats()["window_moves"] > moves:
+            event("allocate_or_evict: moved pieces")
         if results[0][0] == "error":
             assert results[0][1] in ((OutOfMemoryError, RuntimeError) if owner == "leaves"
                                      else (OutOfMemoryError,))

@@ -6,27 +6,28 @@ import pytest
 from coop._core import POLICIES as CORE_POLICIES
 from coop.policies import POLICIES, Policy, get_policy
 
-#: name -> (core policy, partition, inplace, ideal): the runtime's table, spelled out
+#: name -> (core policy, partition, inplace, ideal, move): the runtime's table, spelled out
 EXPECTED = {
-    "coop": ("coop", True, True, False),
-    "dtr": ("dtr", False, True, False),
-    "dte": ("dte", False, True, False),
-    "lru": ("lru", False, True, False),
-    "size": ("size", False, True, False),
-    "none": ("none", False, True, False),
-    "coop-no-partition": ("coop", False, True, False),
-    "coop-no-inplace": ("coop", True, False, False),
-    "coop-loop": ("dtr", True, True, False),
-    "dtr-ideal": ("dtr", False, True, True),
+    "coop": ("coop", True, True, False, False),
+    "dtr": ("dtr", False, True, False, False),
+    "dte": ("dte", False, True, False, False),
+    "lru": ("lru", False, True, False, False),
+    "size": ("size", False, True, False, False),
+    "none": ("none", False, True, False, False),
+    "coop-no-partition": ("coop", False, True, False, False),
+    "coop-no-inplace": ("coop", True, False, False, False),
+    "coop-loop": ("dtr", True, True, False, False),
+    "dtr-ideal": ("dtr", False, True, True, False),
+    "coop-move": ("coop", True, True, False, True),
 }
 
 
 def test_the_table():
     assert list(POLICIES) == list(EXPECTED)
-    for name, (core, partition, inplace, ideal) in EXPECTED.items():
+    for name, (core, partition, inplace, ideal, move) in EXPECTED.items():
         p = POLICIES[name]
-        assert (p.name, p.core, p.partition, p.inplace, p.ideal) == (name, core, partition,
-                                                                      inplace, ideal)
+        assert (p.name, p.core, p.partition, p.inplace, p.ideal, p.move) == (
+            name, core, partition, inplace, ideal, move)
         assert get_policy(name) is p
         assert p.core_code == CORE_POLICIES.index(core)
 
@@ -46,7 +47,8 @@ def test_records_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.core_code = 1
     assert p == Policy("coop", "coop", partition=True, inplace=True)
-    assert hash(p) == hash(Policy("coop", "coop", True, True))
+    assert hash(p) == hash(Policy("coop", "coop", True, True, False, False))
+    assert get_policy("coop-move") == Policy("coop-move", "coop", True, True, move=True)
 
 
 @pytest.mark.parametrize("name", ["fifo", "", "COOP", "dtr ", None, 3, 1.5, ["coop"], {"coop"},
@@ -54,7 +56,7 @@ def test_records_are_frozen():
 def test_unknown_policies(name):
     with pytest.raises(ValueError, match=r"unknown policy .*; choose one of coop, dtr, dte, lru, "
                                          r"size, none, coop-no-partition, coop-no-inplace, "
-                                         r"coop-loop, dtr-ideal"):
+                                         r"coop-loop, dtr-ideal, coop-move"):
         get_policy(name)
 
 

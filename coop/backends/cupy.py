@@ -38,7 +38,7 @@ from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
 from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
-from coop._cupy_pool import serve
+from coop._cupy_pool import adopt, serve
 from coop.backends import cupy_streams as streams
 from coop.backends.base import Backend
 from coop.budget import parse_budget
@@ -311,6 +311,18 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         memory = UnownedMemory(home.base + offset, nbytes, home, device_id=home.device_id)
         return cupy.ndarray((nbytes,), cupy.uint8, MemoryPointer(memory, 0))
 
+    def _adopt_on(self, device_id, offset, nbytes):
+        """A MemoryPointer owning the used, anonymous piece at offset, taken already by the
+        arena (coop's window moving a storage there), on the current stream."""
+        home = self._home(device_id)
+        key = None
+        if home.stream_key is not None:
+            key, stream = streams.current_stream(device_id)
+        pointer = adopt(home, home.arena, home.base, offset, nbytes, key, device_id)
+        if key is not None and (key != home.stream_key or home.order is not None):
+            self._order(home, key, stream)
+        return pointer
+
     def install(self):
         """Route this thread's CuPy allocations to the pool until uninstall()."""
         scope = cupy.cuda.using_allocator(self)
@@ -515,6 +527,11 @@ class _BoundPool:
         pool = self._live()
         self._check(pool)
         return pool.placing(placement)
+
+    def adopt_at(self, offset, nbytes):
+        pool = self._live()
+        self._check(pool)
+        return pool._adopt_on(self.device_id, offset, nbytes)
 
     def install(self):
         pool = self._live()

@@ -1,0 +1,314 @@
+"""The coop window with moves against a brute force over every window and every evict/move
+choice per piece (docs/core.md, "Moving"), on small random arenas; and moves carried out."""
+import itertools
+import math
+import random
+
+import pytest
+
+import coop
+from coop import CHEAP, EXPENSIVE, NO_STORAGE
+from reference_arena import ReferenceArena
+from _arena import build, evictor, storages
+
+
+def _matching(sizes, bins):
+    """Whether every size gets its own bin at least as large (augmenting paths, not the sorted
+    rule the arena uses)."""
+    owner = [None] * len(bins)
+
+    def place(i, seen):
+        for b, room in enumerate(bins):
+            if room >= sizes[i] and b not in seen:
+                seen.add(b)
+                if owner[b] is None or place(owner[b], seen):
+                    owner[b] = i
+                    return True
+        return False
+
+    return all(place(i, set()) for i in range(len(sizes)))
+
+
+def brute_force_plan(arena, nbytes, now):
+    """The least (cost, start offset, pieces) over every window and every way out of it of each
+    of its pieces (evict if a candidate, move if movable); moved pieces need distinct free
+    pieces outside the window. Costs are exact sums (math.fsum)."""
+    pieces = arena.pieces()
+    size = max(-(-nbytes // arena.alignment) * arena.alignment, arena.alignment)
+    rate = arena.move_cost
+    ways = []
+    for _, nb, free, sid in pieces:
+        if free:
+            ways.append([0.0])
+            continue
+        info = arena.storage_info(sid) if sid != NO_STORAGE else None
+        options = []
+        if info is not None and not info["pins"]:
+            if info["evictable"]:
+                options.append(("evict", info["cprime"] / max(now - info["last_access"], 1.0)))
+            if info["movable"] and math.isfinite(rate):
+                options.append(("move", nb * rate))
+        ways.append(options or None)
+    best = None
+    for i, j in itertools.combinations_with_replacement(range(len(pieces)), 2):
+        window = range(i, j + 1)
+        if any(ways[k] is None for k in window) or sum(pieces[k][1] for k in window) < size:
+            continue
+        bins = [pieces[k][1] for k in range(len(pieces))
+                if pieces[k][2] and not i <= k <= j]
+        used = [k for k in window if not pieces[k][2]]
+        for choice in itertools.product(*(ways[k] for k in used)):
+            moved = [pieces[k][1] for k, (how, _) in zip(used, choice) if how == "move"]
+            if len(moved) > len(bins) or not _matching(moved, bins):
+                continue
+            key = (math.fsum(c for _, c in choice), pieces[i][0], j - i + 1)
+            if best is None or key < best:
+                best = key
+    return best
+
+
+def random_layout(seed, rate):
+    """The same small random arena in core and reference; every cost is dyadic."""
+    rng = random.Random(seed)
+    k = rng.randint(4, 12)
+    now = 100
+    arenas = [coop.Arena(64 * k), ReferenceArena(64 * k)]
+    for arena in arenas:
+        arena.move_cost = rate
+        r = random.Random(seed)
+        r.randint(4, 12)
+        sid = 0
+        while True:
+            arena.add_storage(sid, r.randint(0, 20), r.sample(range(sid), min(sid, r.randint(0, 2))),
+                              evictable=r.random() < 0.6)
+            arena.set_movable(sid, r.random() < 0.7)
+            arena.touch(sid, now - r.choice([0, 1, 2, 4, 8]))
+            anonymous = r.random() < 0.1
+            offset = arena.allocate(64 * r.randint(1, 3), r.choice([EXPENSIVE, CHEAP]),
+                                    NO_STORAGE if anonymous else sid)
+            if offset < 0:
+                break
+            if r.random() < 0.35:
+                arena.free(offset)
+            if r.random() < 0.1:
+                arena.pin(sid)
+            sid += 1
+    return arenas, now, rng
+
+
+def check_plan(arena, plan, nbytes, now):
+    """The plan empties its window: every used piece in it evicted or moved once, each move to
+    its own free piece outside the window that holds it; its cost is the sum of its parts."""
+    pieces = arena.pieces()
+    start = next(i for i, p in enumerate(pieces) if p[0] == plan["start"])
+    window = pieces[start:start + plan["pieces"]]
+    assert sum(p[1] for p in window) >= max(-(-nbytes // 64) * 64, 64)
+    used = [p[3] for p in window if not p[2]]
+    moved = [sid for sid, _ in plan["moves"]]
+    assert sorted(used) == sorted(plan["victims"] + moved) and len(set(used)) == len(used)
+    free_outside = {p[0]: p[1] for i, p in enumerate(pieces)
+                    if p[2] and not start <= i < start + plan["pieces"]}
+    destinations = [dst for _, dst in plan["moves"]]
+    assert len(set(destinations)) == len(destinations)
+    parts = []
+    for sid, dst in plan["moves"]:
+        info = arena.storage_info(sid)
+        assert info["movable"] and not info["pins"]
+        assert free_outside[dst] >= info["nbytes"]
+        parts.append(info["nbytes"] * arena.move_cost)
+    for sid in plan["victims"]:
+        info = arena.storage_info(sid)
+        assert info["evictable"] and not info["pins"]
+        parts.append(info["cprime"] / max(now - info["last_access"], 1.0))
+    assert plan["cost"] == math.fsum(parts)
+
+
+@pytest.mark.parametrize("rate", [0.0, 1 / 64, 1 / 16, 1 / 4])
+@pytest.mark.parametrize("seed", range(50))
+def test_moving_window_is_the_brute_force_minimum(seed, rate):
+    (core, reference), now, rng = random_layout(seed, rate)
+    assert core.pieces() == reference.pieces()
+    for _ in range(4):
+        nbytes = rng.randint(0, core.capacity // rng.choice([1, 2]))
+        expected = brute_force_plan(reference, nbytes, now)
+        assert brute_force_plan(core, nbytes, now) == expected
+        plan = core.choose_plan(nbytes, "coop", now)
+        assert reference.choose_plan(nbytes, "coop", now) == plan
+        if expected is None:
+            assert plan == {"victims": [], "moves": [], "cost": None, "start": None, "pieces": 0}
+            continue
+        assert (plan["cost"], plan["start"], plan["pieces"]) == expected
+        check_plan(core, plan, nbytes, now)
+        assert core.choose_victims(nbytes, "coop", now) == plan["victims"]
+
+
+def test_moves_happen_in_the_random_layouts():
+    """The brute-force test above is not vacuous: many of its plans move pieces."""
+    moving = 0
+    for rate in (0.0, 1 / 64):
+        for seed in range(50):
+            (core, _), now, rng = random_layout(seed, rate)
+            for _ in range(4):
+                nbytes = rng.randint(0, core.capacity // rng.choice([1, 2]))
+                moving += bool(core.choose_plan(nbytes, "coop", now)["moves"])
+    assert moving >= 20
+
+
+def moving_request(arena, now):
+    """The smallest request that does not fit as is and whose plan moves pieces, or None."""
+    for nbytes in range(arena.alignment, arena.capacity + 1, arena.alignment):
+        if arena.stats()["largest_free"] < nbytes and \
+                arena.choose_plan(nbytes, "coop", now)["moves"]:
+            return nbytes
+    return None
+
+
+@pytest.mark.parametrize("rate", [0.0, 1 / 64])
+@pytest.mark.parametrize("seed", range(30))
+def test_moving_eviction_loops_agree_with_the_reference(seed, rate):
+    """allocate_or_evict with moves: same offsets, pieces, counters and logs in both."""
+    (core, reference), now, rng = random_layout(seed, rate)
+    requests = [rng.randint(1, core.capacity // 2) for _ in range(2)]
+    first = moving_request(core, now)
+    assert moving_request(reference, now) == first
+    if first is not None:
+        requests.insert(0, first)
+    results = []
+    for arena in (core, reference):
+        arena.start_log()
+        moved = []
+        out = []
+        for nbytes in requests:
+            try:
+                out.append(arena.allocate_or_evict(nbytes, EXPENSIVE, "coop", now,
+                                                   evictor(arena), move=lambda *m: moved.append(m)))
+            except MemoryError:
+                out.append("oom")
+        arena.check()
+        stats = arena.stats()
+        del stats["search_time"]
+        results.append((out, moved, arena.pieces(), stats, arena.take_log()))
+    assert results[0] == results[1]
+    if first is not None:
+        assert results[0][3]["window_moves"] > 0 and results[0][1]
+
+
+def test_moving_eviction_loops_happen():
+    """The loop test above is not vacuous: 10 of its 60 layouts have a request that moves."""
+    found = sum(moving_request(random_layout(seed, rate)[0][0], 100) is not None
+                for seed in range(30) for rate in (0.0, 1 / 64))
+    assert found >= 8
+
+
+WALL = [(64, "free"), (64, 0), (64, "free"), (64, None), (128, "free")]   # 384 bytes
+
+
+def test_a_wall_that_moves_opens_the_window(Arena):
+    """An unevictable piece splits the free space; moving it is the only way to fit."""
+    arena = Arena(384)
+    storages(arena, [5])
+    arena.set_evictable(0, False)
+    build(arena, WALL)
+    with pytest.raises(MemoryError):
+        arena.allocate_or_evict(192, EXPENSIVE, "coop", 0, evictor(arena))   # no moves: inf
+    arena.move_cost = 1 / 64                                                  # 64 bytes: 1.0
+    plan = arena.choose_plan(192, "coop", 0)
+    assert plan == {"victims": [], "moves": [(0, 256)], "cost": 1.0, "start": 0, "pieces": 3}
+    seen = []
+    assert arena.allocate_or_evict(192, EXPENSIVE, "coop", 0, evictor(arena),
+                                   move=lambda *m: seen.append(m)) == 0
+    assert seen == [(0, 64, 256)]
+    assert arena.storage_info(0)["offset"] == 256 and arena.storage_info(0)["class_cost"] is None
+    stats = arena.stats()
+    assert (stats["window_moves"], stats["bytes_moved"], stats["move_cost"],
+            stats["evictions"]) == (1, 64, 1.0, 0)
+    assert arena.pieces() == [(0, 192, False, -1), (192, 64, False, -1), (256, 64, False, 0),
+                              (320, 64, True, -1)]
+    arena.check()
+
+
+def test_moving_is_chosen_by_cost_per_piece(Arena):
+    """A candidate moves when that is cheaper than its h, else it is evicted."""
+    arena = Arena(384)
+    storages(arena, [1, 8])
+    build(arena, [(64, 0), (64, 1), (64, None), (64, "free"), (64, None), (64, "free")])
+    arena.move_cost = 4 / 64          # moving a 64-byte piece costs 4
+    # window {0, 1}: evict 0 (h 1 < 4) and move 1 (4 < h 8) to the lowest 64 bytes outside
+    assert arena.choose_plan(128, "coop", 0) == {
+        "victims": [0], "moves": [(1, 192)], "cost": 5.0, "start": 0, "pieces": 2}
+    arena.move_cost = 16 / 64         # now moving costs 16 > 8: evict both
+    assert arena.choose_plan(128, "coop", 0) == {
+        "victims": [0, 1], "moves": [], "cost": 9.0, "start": 0, "pieces": 2}
+
+
+def test_moves_need_their_own_destination(Arena):
+    """Two walls cannot share one free piece outside the window, even when it holds both."""
+    layouts = {
+        "one destination": [(64, "free"), (64, 0), (64, "free"), (64, 1), (64, "free"),
+                            (64, None), (256, "free")],
+        "two destinations": [(64, "free"), (64, 0), (64, "free"), (64, 1), (64, "free"),
+                             (64, None), (128, "free"), (64, None), (64, "free")],
+    }
+    plans = {}
+    for name, layout in layouts.items():
+        arena = Arena(sum(nbytes for nbytes, _ in layout))
+        storages(arena, [1, 1])
+        arena.set_evictable(0, False)
+        arena.set_evictable(1, False)
+        build(arena, layout)
+        arena.move_cost = 1 / 64
+        plans[name] = arena.choose_plan(320, "coop", 0)
+    assert plans["one destination"] == {"victims": [], "moves": [], "cost": None,
+                                        "start": None, "pieces": 0}
+    # equal sizes move in address order, each into the smallest destination that holds it
+    # (ties: the lowest address): w0 takes the 64 bytes at 576, w1 the 128 at 384
+    assert plans["two destinations"] == {"victims": [], "moves": [(0, 576), (1, 384)],
+                                         "cost": 2.0, "start": 0, "pieces": 5}
+
+
+def test_held_and_pinned_pieces_do_not_move(Arena):
+    arena = Arena(384)
+    storages(arena, [5])
+    arena.set_evictable(0, False)
+    build(arena, WALL)
+    arena.move_cost = 0.0
+    assert arena.choose_plan(192, "coop", 0)["moves"] == [(0, 256)]
+    arena.set_movable(0, False)        # held by a user's array
+    assert arena.choose_plan(192, "coop", 0)["cost"] is None
+    arena.set_movable(0, True)
+    arena.pin(0)                       # the running kernel's
+    assert arena.choose_plan(192, "coop", 0)["cost"] is None
+    arena.unpin(0)
+    assert arena.choose_plan(192, "coop", 0)["moves"] == [(0, 256)]
+
+
+def test_a_refused_move_makes_the_storage_unmovable(Arena):
+    arena = Arena(384)
+    storages(arena, [5])
+    arena.set_evictable(0, False)
+    build(arena, WALL)
+    arena.move_cost = 1.0
+    with pytest.raises(MemoryError):
+        arena.allocate_or_evict(192, EXPENSIVE, "coop", 0, evictor(arena),
+                                move=lambda sid, src, dst: False)
+    assert not arena.storage_info(0)["movable"] and arena.storage_info(0)["offset"] == 64
+    assert arena.stats()["window_moves"] == 0
+    assert arena.pieces() == [(0, 64, True, -1), (64, 64, False, 0), (128, 64, True, -1),
+                              (192, 64, False, -1), (256, 128, True, -1)]
+    arena.check()
+
+
+def test_move_cost_and_move_errors(Arena):
+    arena = Arena(256)
+    assert arena.move_cost == math.inf
+    for bad in (-1.0, math.nan):
+        with pytest.raises(ValueError, match="move_cost"):
+            arena.move_cost = bad
+    storages(arena, [1])
+    build(arena, [(64, 0), (64, None), (128, "free")])
+    with pytest.raises(ValueError, match="no free piece"):
+        arena.move(0, 64)
+    arena.check()
+    arena.move(0, 128)
+    assert arena.storage_info(0)["offset"] == 128
+    arena.check()
