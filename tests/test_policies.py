@@ -6,18 +6,19 @@ import pytest
 from coop._core import POLICIES as CORE_POLICIES
 from coop.policies import POLICIES, Policy, get_policy
 
-#: name -> (core policy, partition, inplace, ideal): the runtime's table, spelled out
+#: name -> (core policy, partition, inplace, ideal): the runtime's table, spelled out (DTR's
+#: baselines and coop-no-inplace mutate by DTR's rule: inplace off)
 EXPECTED = {
     "coop": ("coop", True, True, False),
-    "dtr": ("dtr", False, True, False),
-    "dte": ("dte", False, True, False),
-    "lru": ("lru", False, True, False),
+    "dtr": ("dtr", False, False, False),
+    "dte": ("dte", False, False, False),
+    "lru": ("lru", False, False, False),
     "size": ("size", False, True, False),
     "none": ("none", False, True, False),
     "coop-no-partition": ("coop", False, True, False),
     "coop-no-inplace": ("coop", True, False, False),
     "coop-loop": ("dtr", True, True, False),
-    "dtr-ideal": ("dtr", False, True, True),
+    "dtr-ideal": ("dtr", False, False, True),
 }
 
 
