@@ -36,7 +36,7 @@ from coop.policies import get_policy
 cdef enum:
     OLD_NONE = 0        # nothing: no record needs it
     OLD_RECOMPUTE = 1   # a new storage with S's old producer, evicted: recomputed when needed
-    OLD_COPY = 2        # a copy, resident (evictable unless S was a constant)
+    OLD_COPY = 2        # a copy of a constant, resident while read
     OLD_VERSION = 3     # DTR's rule: a copy, then released (evicted at once when recomputable)
 
 #: cost units per byte of copying memory when none is given: the a100-80gb roofline's
@@ -508,12 +508,13 @@ cdef class Engine(Evictor):
 
     cdef int c_prepare_inplace(self, int o, vector[int]& mutated) except -1:
         """Before an in-place op's first run, decide per mutated input S what becomes of its old
-        value (docs/design.md, "In-place: the rules"). With DTR's rule (``inplace`` off):
-        always a new version (OLD_VERSION: a copy, released after the op; a constant stays one). With coop's: nothing when no producer and no live
-        reader needs it (OLD_NONE); a copy for a constant (OLD_COPY); else the old value V,
-        a new storage with S's old producer, starts evicted (OLD_RECOMPUTE) unless S has a
-        pending reader (a live op that read S) and that producer costs more than copying S's
-        bytes (size * copy_cost): then V is a copy (OLD_COPY)."""
+        value (docs/design.md, "In-place: the rules"). DTR's rule (``inplace`` off): always a
+        new version (OLD_VERSION: a copy, released after the op; a constant stays one). coop's:
+        a constant's old value is copied when a live op reads it (OLD_COPY), else nothing is
+        kept (OLD_NONE); a computed S gets a new version, as with DTR's rule, when it has a
+        pending reader (a live op that read S) and recomputing the old value (S's producer's
+        cost) costs more than copying it (size * copy_cost); else S is overwritten and its old
+        value V, a new storage with S's old producer, starts evicted (OLD_RECOMPUTE)."""
         cdef int m, s, w, p, mode
         cdef vector[int] neighbours
         cdef vector[int] live_readers
@@ -531,7 +532,7 @@ cdef class Engine(Evictor):
             elif p < 0:
                 mode = OLD_NONE if live_readers.empty() else OLD_COPY
             elif not live_readers.empty() and self.cost[p] > self.size[s] * self.copy_cost:
-                mode = OLD_COPY
+                mode = OLD_VERSION
             else:
                 mode = OLD_RECOMPUTE
             if mode != OLD_NONE:
