@@ -24,7 +24,8 @@ cdef class Engine(Evictor):
     cdef readonly Executor executor
     cdef readonly object policy        # the coop.policies.Policy record
     cdef bint partition                # cheap ops' outputs at the high end
-    cdef bint inplace                  # recomputable in-place (else the old value is copied)
+    cdef bint inplace                  # coop's in-place rule (else DTR's: a new version per mutation)
+    cdef double copy_cost              # cost units per byte of copying an old value (> 0)
     cdef double thrash_cost            # raise Thrash once the cost executed passes it (0: never)
     cdef public object release_hook    # None, or called with a storage id when users reach 0
     # per storage (ids are reused once a storage's record dies)
@@ -58,12 +59,14 @@ cdef class Engine(Evictor):
     cdef vector[int] cur_placed        # its new outputs, pinned until finish
     cdef vector[int] cur_created       # in-place: the old value made per mutated input, or -1
     cdef vector[int] cur_mutated       # in-place: mutated input positions
+    cdef vector[unsigned char] cur_mode   # in-place: per mutated input, OLD_NONE .. OLD_VERSION
     cdef vector[int] work              # scratch of _collect
     # counters
     cdef readonly double cost_total, cost_first
     cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, moves, held_count
     cdef readonly int64_t const_bytes, bound_bytes
     cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
+    cdef readonly long long copies     # old values copied by in-place ops (any rule)
 
     # storages
     cdef int _new_sid(self) except -1

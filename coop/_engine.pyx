@@ -32,6 +32,18 @@ from coop.kernel import DEVICES
 from coop.policies import get_policy
 
 
+# what becomes of a mutated storage's old value (c_prepare_inplace)
+cdef enum:
+    OLD_NONE = 0        # nothing: no record needs it
+    OLD_RECOMPUTE = 1   # a new storage with S's old producer, evicted: recomputed when needed
+    OLD_COPY = 2        # a copy of a constant, resident while read
+    OLD_VERSION = 3     # DTR's rule: a copy, then released (evicted at once when recomputable)
+
+#: cost units per byte of copying memory when none is given: the a100-80gb roofline's
+#: bandwidth, in nanoseconds (coop's recorded traces and DTR's logs count nanoseconds)
+DEFAULT_COPY_COST = 1e9 / DEVICES["a100-80gb"].bytes_per_s
+
+
 class Thrash(Exception):
     """The cost executed passed the engine's thrash limit."""
 
@@ -71,11 +83,12 @@ cdef class Engine(Evictor):
     """One run's residency state and rules over one arena (see the module docstring).
 
     policy: a name of coop.policies.POLICIES; executor: what running and dropping mean;
-    thrash_cost: raise Thrash once the cost executed passes it (0: never).
+    thrash_cost: raise Thrash once the cost executed passes it (0: never); copy_cost: cost units
+    per byte of copying an old value, for coop's in-place rule (<= 0: DEFAULT_COPY_COST).
     """
 
     def __init__(self, Arena arena, policy, Executor executor, double thrash_cost=0.0,
-                 move_cost=None):
+                 move_cost=None, double copy_cost=0.0):
         cdef object record = get_policy(policy)
         if record.ideal != arena.ideal:
             raise ValueError(f"policy {record.name!r} needs "
@@ -91,6 +104,7 @@ cdef class Engine(Evictor):
         self.partition = record.partition
         self.inplace = record.inplace
         self.thrash_cost = thrash_cost
+        self.copy_cost = copy_cost if copy_cost > 0.0 else DEFAULT_COPY_COST
         self.arena = arena
         self.executor = executor
         # coop's window moves pieces when the policy does and the executor can (docs/core.md,
@@ -500,6 +514,7 @@ cdef class Engine(Evictor):
             if s >= 0:
                 self._die(s)
         self.cur_created.clear()
+        self.cur_mode.clear()
         self.cur_op = -1
         for s in self.cur_uniq:
             self._unpin1(s, True)
@@ -529,36 +544,51 @@ cdef class Engine(Evictor):
         self.n_alive -= 1
 
     cdef int c_prepare_inplace(self, int o, vector[int]& mutated) except -1:
-        """Before an in-place op's first run: each mutated input S that has a producer or live
-        readers gets its old value V, a new storage with S's old producer (a copy when nothing
-        can recompute it, or without recomputable in-place)."""
-        cdef int m, s, w
+        """Before an in-place op's first run, decide per mutated input S what becomes of its old
+        value (docs/design.md, "In-place: the rules"). DTR's rule (``inplace`` off): always a
+        new version (OLD_VERSION: a copy, released after the op; a constant stays one). coop's:
+        a constant's old value is copied when a live op reads it (OLD_COPY), else nothing is
+        kept (OLD_NONE); a computed S gets a new version, as with DTR's rule, when it has a
+        pending reader (a live op that read S) and recomputing the old value (S's producer's
+        cost) costs more than copying it (size * copy_cost); else S is overwritten and its old
+        value V, a new storage with S's old producer, starts evicted (OLD_RECOMPUTE)."""
+        cdef int m, s, w, p, mode
         cdef vector[int] neighbours
         cdef vector[int] live_readers
         self._bound(o)     # before a constant's copy counts among the constants
         self.cur_mutated = mutated
         self.cur_created.clear()
+        self.cur_mode.clear()
         for m in mutated:
             s = self.op_in[o][m]
+            p = self.producer[s]
             w = -1
             self._live_consumers(s, live_readers)
-            if self.producer[s] >= 0 or not live_readers.empty():
-                neighbours.clear()
-                if self.producer[s] >= 0:
-                    neighbours = self.op_in[self.producer[s]]
-                w = self._new_storage(self.size[s], self.producer[s], self.index[s],
-                                      self.arena.c_cost(self.slot[s]), neighbours,
-                                      self.producer[s] >= 0)
-                self.cur_created.push_back(w)
-                if self.producer[s] < 0 or not self.inplace:
-                    # a copy; a constant's copy is unevictable and goes with the constants
-                    self.executor.copy(w, s, PLACE_LOWEST if self.producer[s] < 0
-                                       else self.placement_of[o], -1)
-                    self.arena.c_touch(self.slot[w], self.now)
-                    if self.producer[s] < 0:
-                        self.const_bytes += self.arena.request_size(self.size[w])
+            if not self.inplace:
+                mode = OLD_VERSION
+            elif p < 0:
+                mode = OLD_NONE if live_readers.empty() else OLD_COPY
+            elif not live_readers.empty() and self.cost[p] > self.size[s] * self.copy_cost:
+                mode = OLD_VERSION
             else:
-                self.cur_created.push_back(-1)
+                mode = OLD_RECOMPUTE
+            if mode != OLD_NONE:
+                neighbours.clear()
+                if p >= 0:
+                    neighbours = self.op_in[p]
+                w = self._new_storage(self.size[s], p, self.index[s],
+                                      self.arena.c_cost(self.slot[s]), neighbours, p >= 0)
+            # recorded before the copy: an abort (the copy ran out of memory) forgets w
+            self.cur_created.push_back(w)
+            self.cur_mode.push_back(mode)
+            if mode != OLD_NONE:
+                if mode != OLD_RECOMPUTE:
+                    # a copy; a constant's copy is unevictable and goes with the constants
+                    self.executor.copy(w, s, PLACE_LOWEST if p < 0 else self.placement_of[o], -1)
+                    self.arena.c_touch(self.slot[w], self.now)
+                    self.copies += 1
+                    if p < 0:
+                        self.const_bytes += self.arena.request_size(self.size[w])
         return 0
 
     cdef int c_finish_inplace(self, int o) except -1:
@@ -599,11 +629,21 @@ cdef class Engine(Evictor):
                 self.index[s] = j
                 self.live_out[o] += 1
             j += 1
-        self.cur_created.clear()
-        self.cur_mutated.clear()
         if self.live_out[o] > 0:
             self._link(o)
-        return self._finish_common(o)
+        self._finish_common(o)
+        self.work.clear()
+        for k in range(<int>self.cur_mode.size()):
+            if self.cur_mode[k] == OLD_VERSION:
+                # DTR: the name now refers to the new version; the old one lost its only
+                # reference: it loses its memory now if it can be recomputed, and its record
+                # (a constant's copy too) when nothing reads it
+                self._evict_eagerly(self.cur_created[k])
+                self.work.push_back(self.cur_created[k])
+        self.cur_created.clear()
+        self.cur_mutated.clear()
+        self.cur_mode.clear()
+        return self._collect()
 
     cdef int c_fail_inplace(self, int o) except -1:
         """An in-place op's kernel failed (or was interrupted) after prepare: it may have
@@ -642,6 +682,7 @@ cdef class Engine(Evictor):
             self.work.push_back(w)     # an old value nothing reads dies below
         self.cur_created.clear()
         self.cur_mutated.clear()
+        self.cur_mode.clear()
         self.c_abort(o)
         return self._collect()
 

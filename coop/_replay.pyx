@@ -12,6 +12,8 @@ from libcpp.vector cimport vector
 from coop._core cimport Arena
 from coop._engine cimport Engine, Executor
 
+from coop.kernel import DEVICES
+
 
 # record kinds
 cdef enum:
@@ -303,7 +305,10 @@ cdef class Replayer:
         self.prog = prog
         self.executor = _ReplayExecutor()
         self.executor.prog = prog
-        self.engine = Engine(arena, policy, self.executor, thrash_cost, move_cost)
+        # copying an old value costs the bandwidth of the trace's cost model, if it names one
+        spec = DEVICES.get(prog.meta.get("cost_model"))
+        self.engine = Engine(arena, policy, self.executor, thrash_cost, move_cost,
+                             1e9 / spec.bytes_per_s if spec is not None else 0.0)
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
         self.last_op = -1

@@ -2,7 +2,7 @@
 
 A runtime policy is a core policy (how the arena chooses victims: one of ``coop.POLICIES``) plus
 how the runtime drives it: whether cheap tensors go to the high end of their free range
-(``partition``), whether in-place kernels take the recomputable in-place path (``inplace``), and
+(``partition``), whether in-place kernels follow coop's rule or DTR's (``inplace``), and
 whether memory is a plain sum of sizes (``ideal``: an ideal arena, as DTR's simulator counted it).
 """
 from dataclasses import dataclass, field
@@ -20,7 +20,8 @@ class Policy:
     core: the arena's policy, one of ``coop.POLICIES``;
     partition: CHEAP tensors at the high end of their free range, EXPENSIVE at the low end
     (else every tensor is placed EXPENSIVE);
-    inplace: in-place kernels run through the recomputable in-place path;
+    inplace: coop's in-place rule (the old value of a mutated storage is recomputed or copied,
+    as docs/design.md says); off: DTR's (each mutation makes a new version, the old one released);
     ideal: needs an ideal arena (``SimBackend(budget, ideal=True)``), and only it takes one;
 move: core ``coop`` may move pieces out of its window instead of evicting them (docs/core.md,
 Moving), where the executor can move memory;
@@ -46,16 +47,17 @@ Moving), where the executor can move memory;
 #: runtime policy name -> Policy
 POLICIES = {p.name: p for p in (
     Policy("coop", "coop", partition=True, inplace=True),
-    Policy("dtr", "dtr", partition=False, inplace=True),
-    Policy("dte", "dte", partition=False, inplace=True),
-    Policy("lru", "lru", partition=False, inplace=True),
+    # DTR's baselines mutate as DTR's simulator did: each mutation makes a new version
+    Policy("dtr", "dtr", partition=False, inplace=False),
+    Policy("dte", "dte", partition=False, inplace=False),
+    Policy("lru", "lru", partition=False, inplace=False),
     Policy("size", "size", partition=False, inplace=True),
     Policy("none", "none", partition=False, inplace=True),
     Policy("coop-no-partition", "coop", partition=False, inplace=True),
     Policy("coop-no-inplace", "coop", partition=True, inplace=False),
     Policy("coop-loop", "dtr", partition=True, inplace=True),
     # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
-    Policy("dtr-ideal", "dtr", partition=False, inplace=True, ideal=True),
+    Policy("dtr-ideal", "dtr", partition=False, inplace=False, ideal=True),
     # coop whose window may also move pieces out of the way (docs/core.md, Moving)
     Policy("coop-move", "coop", partition=True, inplace=True, move=True),
 )}

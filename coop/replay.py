@@ -27,8 +27,9 @@ DEFAULT_ALIGNMENT = 512
 THRASH = 2.0
 #: the unlimited run's arena, and the largest budget: 2**62 bytes (an arena's offsets are signed)
 _UNLIMITED = MAX_BYTES
-#: the policies that must complete at ratio 1.0 (`none` never evicts: it needs no fragmentation)
-PEAK_POLICIES = tuple(p for p in POLICIES if p != "none")
+#: the policies that must complete at ratio 1.0 (`none` never evicts: it needs no fragmentation;
+#: DTR's in-place rule keeps a mutated constant's old version: more than the program's peak)
+PEAK_POLICIES = tuple(p for p in POLICIES if p != "none" and POLICIES[p].inplace)
 
 
 def _program(trace):
@@ -79,7 +80,7 @@ def unlimited(trace, alignment=None):
 
 def _feasible_peak(program, align, used):
     """The smallest budget in steps of 1/64 from the peak used bytes (aligned up) at which
-    every policy but `none` completes: an arena of exactly the used peak can be too
+    every policy of PEAK_POLICIES completes: an arena of exactly the used peak can be too
     fragmented (by constants and a kernel's pinned inputs and temporaries) to complete."""
     nbytes = max(-(-used // align) * align, align)
     while True:
@@ -93,7 +94,8 @@ def _feasible_peak(program, align, used):
 
 def peak(trace, alignment=None):
     """What a budget ratio of 1.0 means: the smallest budget, from the unlimited run's peak
-    used bytes up in steps of 1/64, at which every policy but `none` completes."""
+    used bytes up in steps of 1/64, at which every policy with coop's in-place rule but `none`
+    completes."""
     return unlimited(trace, alignment)["peak_bytes"]
 
 

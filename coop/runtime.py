@@ -96,7 +96,12 @@ class Runtime:
         bound = backend.bound() if hasattr(backend, "bound") else backend
         executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(bound)
         try:
-            engine = Engine(arena, record.name, executor, move_cost=_move_cost(cost))
+            # copying an old value (coop's in-place rule) at the cost model's bandwidth; timed
+            # host costs at the rough host's
+            copy_spec = cost if cost is not None else DEVICES["cpu"] if backend.xp is numpy \
+                else None
+            engine = Engine(arena, record.name, executor, 0.0, _move_cost(cost),
+                            1e9 / copy_spec.bytes_per_s if copy_spec is not None else 0.0)
         except BaseException:
             if previous is not None:      # refused: the backend stays the previous runtime's
                 arena.attach(previous)

@@ -14,9 +14,9 @@ from coop._replay import SizeExecutor
 KIB = 1024
 
 
-def engine(budget=16 * KIB, policy="coop", thrash=0.0):
+def engine(budget=16 * KIB, policy="coop", thrash=0.0, copy_cost=0.0):
     arena = coop.Arena(budget, 512)
-    return Engine(arena, policy, SizeExecutor(), thrash), arena
+    return Engine(arena, policy, SizeExecutor(), thrash, copy_cost), arena
 
 
 def call(e, inputs, nbytes, cost=10.0, placement=CHEAP):
@@ -52,7 +52,8 @@ def test_a_chain_recomputes_what_it_needs_and_keeps_no_pin():
 
 
 def test_in_place_gives_the_old_value_a_storage_and_redirects_its_readers():
-    e, arena = engine()
+    # copying 1 KiB costs 1024 here, more than recomputing the old value (10): recomputable
+    e, arena = engine(copy_cost=1.0)
     c = e.constant(KIB)
     e.retain(c)
     x = call(e, [c], KIB)
@@ -64,7 +65,7 @@ def test_in_place_gives_the_old_value_a_storage_and_redirects_its_readers():
     old = e.inputs(y_op)[0]
     assert old != x and e.info(old)["producer"] == x_op   # the old value: x's old producer
     assert e.info(x)["producer"] == o and e.inputs(o) == [old]
-    assert not e.resident(old)          # recomputable in-place: no copy was made
+    assert not e.resident(old) and e.copies == 0   # recomputable in-place: no copy was made
     e.evict_now(x)
     e.evict_now(y)
     e.pin(y)
@@ -74,7 +75,9 @@ def test_in_place_gives_the_old_value_a_storage_and_redirects_its_readers():
     arena.check()
 
 
-def test_without_recomputable_in_place_the_old_value_is_a_copy():
+def test_without_recomputable_in_place_a_mutation_makes_a_new_version_as_dtr_did():
+    # DTR's rule: the old value is copied, the name's storage holds the new version (produced
+    # by the in-place op from the old one), and the old one, released, loses its memory now
     e, arena = engine(policy="coop-no-inplace")
     c = e.constant(KIB)
     e.retain(c)
@@ -84,7 +87,114 @@ def test_without_recomputable_in_place_the_old_value_is_a_copy():
     e.prepare_inplace(o, [0])
     e.finish_inplace(o, 5.0)
     old = e.inputs(e.info(y)["producer"])[0]
-    assert e.resident(old) and arena.stats()["used_bytes"] == 4 * KIB
+    assert e.info(x)["producer"] == o and e.inputs(o) == [old]
+    assert not e.resident(old) and arena.stats()["used_bytes"] == 3 * KIB
+    stats = e.stats()
+    assert (e.copies, stats["eager_evictions"], stats["recomputes"]) == (1, 1, 0)
+    e.evict_now(x)
+    e.pin(x)
+    e.make_resident(x)                  # the old version, then the new one
+    e.unpin(x)
+    assert e.stats()["recomputes"] == 2 and e.pinned() == {}
+    arena.check()
+
+
+def test_without_recomputable_in_place_even_an_unread_value_gets_a_new_version():
+    # a computed value nothing reads: still a copy, released at once
+    e, arena = engine(policy="dtr")
+    c = e.constant(KIB)
+    e.retain(c)
+    x = call(e, [c], KIB)
+    o = e.begin([x], CHEAP)
+    e.prepare_inplace(o, [0])
+    e.finish_inplace(o, 5.0)
+    (old,) = e.inputs(o)
+    assert old != x and e.info(old)["producer"] is not None and not e.resident(old)
+    assert (e.copies, e.stats()["eager_evictions"]) == (1, 1)
+    assert arena.stats()["used_bytes"] == 2 * KIB
+    arena.check()
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_without_recomputable_in_place_a_constant_gets_a_copy_that_lives_while_read(read):
+    # the old version of a constant is kept (unevictable) while a recorded op reads it; the
+    # constant stays a constant (its new version is not recomputed from the old one)
+    e, arena = engine(policy="dtr")
+    c = e.constant(KIB)
+    e.retain(c)
+    if read:
+        y = call(e, [c], KIB)
+    o = e.begin([c], CHEAP)
+    e.prepare_inplace(o, [0])
+    e.finish_inplace(o, 5.0)
+    assert e.info(c)["producer"] is None and e.copies == 1
+    assert e.stats()["eager_evictions"] == 0 and len(e.storages()) == (3 if read else 1)
+    assert arena.stats()["used_bytes"] == (3 if read else 1) * KIB
+    if read:
+        old = e.inputs(e.info(y)["producer"])[0]
+        assert e.resident(old) and e.info(old)["producer"] is None
+        e.unref(y)                      # its last reader goes: so does the old version
+        assert e.storages() == [c] and arena.stats()["used_bytes"] == KIB
+    arena.check()
+
+
+@pytest.mark.parametrize("copy_cost, copied", [(0.0, True), (1.0, False)])
+def test_coop_gives_a_pending_reader_a_new_version_only_when_the_copy_is_cheaper(
+        copy_cost, copied):
+    # x's producer costs 10; copying 1 KiB costs 1024 / 2.039 ns per KiB (a100-80gb's bandwidth,
+    # the default: 0.5) or 1024 (copy_cost 1.0). A new version: the old one was copied, then
+    # released (DTR's rule); else overwritten, the old value recomputable: both end evicted
+    e, arena = engine(copy_cost=copy_cost)
+    c = e.constant(KIB)
+    e.retain(c)
+    x = call(e, [c], KIB)
+    y = call(e, [x], KIB)               # a pending reader of the old x
+    o = e.begin([x], CHEAP)
+    e.prepare_inplace(o, [0])
+    e.finish_inplace(o, 5.0)
+    old = e.inputs(e.info(y)["producer"])[0]
+    assert e.inputs(o) == [old] and e.info(x)["producer"] == o and not e.resident(old)
+    assert (e.copies, e.stats()["eager_evictions"]) == (int(copied), int(copied))
+    assert arena.stats()["used_bytes"] == 3 * KIB
+    e.evict_now(y)
+    e.pin(y)
+    e.make_resident(y)                  # the old value recomputed, then y
+    e.unpin(y)
+    assert e.stats()["recomputes"] == 2
+    arena.check()
+
+
+def test_coop_overwrites_a_value_with_no_pending_reader():
+    # nothing read x: its old value is only needed to recompute x itself, and starts evicted
+    e, arena = engine()
+    c = e.constant(KIB)
+    e.retain(c)
+    x = call(e, [c], KIB, cost=1e6)
+    o = e.begin([x], CHEAP)
+    e.prepare_inplace(o, [0])
+    e.finish_inplace(o, 5.0)
+    (old,) = e.inputs(o)
+    assert old != x and not e.resident(old) and e.copies == 0
+    assert arena.stats()["used_bytes"] == 2 * KIB
+    arena.check()
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_coop_copies_a_read_constant_and_mutates_an_unread_one(read):
+    e, arena = engine()
+    c = e.constant(KIB)
+    e.retain(c)
+    if read:
+        y = call(e, [c], KIB)
+    o = e.begin([c], CHEAP)
+    e.prepare_inplace(o, [0])
+    e.finish_inplace(o, 5.0)
+    assert e.info(c)["producer"] is None          # coop: a constant stays one
+    assert e.copies == int(read) and e.live_ops == int(read)   # o leaves no record
+    if read:
+        old = e.inputs(e.info(y)["producer"])[0]
+        assert old != c and e.resident(old) and e.info(old)["producer"] is None
+    assert arena.stats()["used_bytes"] == (3 if read else 1) * KIB
     arena.check()
 
 

@@ -7,17 +7,18 @@ from coop._core import POLICIES as CORE_POLICIES
 from coop.policies import POLICIES, Policy, get_policy
 
 #: name -> (core policy, partition, inplace, ideal, move): the runtime's table, spelled out
+#: (DTR's baselines and coop-no-inplace mutate by DTR's rule: inplace off)
 EXPECTED = {
     "coop": ("coop", True, True, False, False),
-    "dtr": ("dtr", False, True, False, False),
-    "dte": ("dte", False, True, False, False),
-    "lru": ("lru", False, True, False, False),
+    "dtr": ("dtr", False, False, False, False),
+    "dte": ("dte", False, False, False, False),
+    "lru": ("lru", False, False, False, False),
     "size": ("size", False, True, False, False),
     "none": ("none", False, True, False, False),
     "coop-no-partition": ("coop", False, True, False, False),
     "coop-no-inplace": ("coop", True, False, False, False),
     "coop-loop": ("dtr", True, True, False, False),
-    "dtr-ideal": ("dtr", False, True, True, False),
+    "dtr-ideal": ("dtr", False, False, True, False),
     "coop-move": ("coop", True, True, False, True),
 }
 

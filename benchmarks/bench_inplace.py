@@ -1,0 +1,49 @@
+"""coop's in-place rule against DTR's (coop-no-inplace) and DTR's baselines on the unrolled-GAN-like
+program (coop.models.unrolled): compute overhead per budget ratio (of coop.replay.peak) and the
+minimum feasible ratio, each policy replayed with coop.replay at ratios 1.00, 0.99, ...
+
+Run: python benchmarks/bench_inplace.py [--unroll 5 --layers 3 --width 512 --batch 64]
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+import coop.replay as R
+from coop.models.unrolled import unrolled_gan_trace
+
+POLICIES = ("coop", "coop-no-inplace", "dtr")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--unroll", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lowest", type=float, default=0.6)
+    args = ap.parse_args(argv)
+    print("command: python benchmarks/bench_inplace.py " + " ".join(sys.argv[1:] if argv is None
+                                                                     else argv))
+    with tempfile.TemporaryDirectory() as tmp:
+        program = R.load(unrolled_gan_trace(os.path.join(tmp, "gan.jsonl"), args.unroll,
+                                            args.layers, args.width, args.batch))
+    peak = R.peak(program)
+    ratios = [i / 100 for i in range(100, int(args.lowest * 100) - 1, -1)]
+    print(f"peak {peak:,} bytes; overhead (recomputes) per ratio; '-' failed (oom or thrash)")
+    print("| policy | min ratio | " + " | ".join(f"{r:.2f}" for r in ratios if r * 100 % 5 == 0)
+          + " |")
+    for policy in POLICIES:
+        cells, ok = [], []
+        for r in ratios:
+            res = R.replay(program, budget=int(r * peak), policy=policy)
+            if res["status"] == "ok":
+                ok.append(r)
+            if round(r * 100) % 5 == 0:
+                cells.append(f"{res['compute_overhead']:.3f} ({res['recomputes']})"
+                             if res["status"] == "ok" else "-")
+        print(f"| {policy} | {min(ok) if ok else '-'} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
