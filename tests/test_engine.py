@@ -16,7 +16,7 @@ KIB = 1024
 
 def engine(budget=16 * KIB, policy="coop", thrash=0.0, copy_cost=0.0):
     arena = coop.Arena(budget, 512)
-    return Engine(arena, policy, SizeExecutor(), thrash, copy_cost), arena
+    return Engine(arena, policy, SizeExecutor(), thrash, copy_cost=copy_cost), arena
 
 
 def call(e, inputs, nbytes, cost=10.0, placement=CHEAP):
