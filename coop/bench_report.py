@@ -123,7 +123,7 @@ def tables(summary, policies, rows):
         body.append([name, _claim(cl["min_budget"], _min_text),
                      _claim(cl["fragmentation"], _frag_text),
                      _claim(cl["search_time_0.3"], _search_text)])
-    out.append("\nThe issue's claims, per model (checked, not tuned):\n")
+    out.append("\nThe claims, per model (checked, not tuned):\n")
     out.append(_table(["model", "coop min <= dtr's and dte's",
                        ("coop's fragmentation below dtr's and dte's at every ratio where all "
                         "three complete"), "search time at 0.3: dtr >= 3x coop"], body, text=True))
