@@ -77,12 +77,4 @@ def serve(home, Arena arena, size_t base, size_t nbytes, int placement, stream_k
     """A MemoryPointer to a new piece of nbytes (> 0) at base + offset (OutOfMemoryError from
     the arena when nothing fits after eviction)."""
     cdef Py_ssize_t offset = arena.c_request(nbytes, placement)
-    cdef Piece piece = Piece.__new__(Piece)
-    piece.home = home
-    piece.arena = arena
-    piece.offset = offset
-    piece.nbytes = arena.request_size(nbytes)
-    piece.stream_key = stream_key
-    memory = UnownedMemory(base + offset, nbytes, piece, device_id)
-    piece.memory_id = id(memory)
-    return MemoryPointer(memory, 0)
+    return adopt(home, arena, base, offset, nbytes, stream_key, device_id)

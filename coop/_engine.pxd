@@ -117,4 +117,5 @@ cdef class Engine(Evictor):
     cdef int _new_op(self) except -1
     cdef int _kill_op(self, int o) except -1
     cdef int _lose_output(self, int o) except -1
+    cdef void _redirect(self, int s, int w, int skip) noexcept
     cdef int _collect(self) except -1

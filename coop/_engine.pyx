@@ -591,11 +591,28 @@ cdef class Engine(Evictor):
                         self.const_bytes += self.arena.request_size(self.size[w])
         return 0
 
+    cdef void _redirect(self, int s, int w, int skip) noexcept:
+        """S's old value is now w: S's producer outputs w, and every live op that read S
+        (but skip) reads w instead, its reader count moving with it."""
+        cdef uint64_t c
+        cdef int co
+        if self.producer[s] >= 0:
+            self.op_out[self.producer[s]][self.index[s]] = w
+        for c in self.consumers[s]:
+            co = <int>(c & 0xffffffff)
+            if self.generation[co] != (c >> 32) or co == skip:
+                continue
+            if _replace(self.op_in[co], s, w):
+                self.consumers[w].push_back(c)
+                if self.live_out[co] > 0:
+                    self.readers[s] -= 1
+                    self.readers[w] += 1
+        self.consumers[s].clear()
+
     cdef int c_finish_inplace(self, int o) except -1:
         """After an in-place op's first run: redirect readers of each mutated S to its old
         value V, and make o S's producer."""
         cdef int k, m, s, w, j = 0
-        cdef uint64_t c
         cdef int co
         cdef vector[int] neighbours
         for k in range(<int>self.cur_mutated.size()):
@@ -603,18 +620,7 @@ cdef class Engine(Evictor):
             s = self.op_in[o][m]
             w = self.cur_created[k]
             if w >= 0:
-                if self.producer[s] >= 0:
-                    self.op_out[self.producer[s]][self.index[s]] = w
-                for c in self.consumers[s]:
-                    co = <int>(c & 0xffffffff)
-                    if self.generation[co] != (c >> 32):
-                        continue
-                    if _replace(self.op_in[co], s, w):
-                        self.consumers[w].push_back(c)
-                        if self.live_out[co] > 0:
-                            self.readers[s] -= 1
-                            self.readers[w] += 1
-                self.consumers[s].clear()
+                self._redirect(s, w, -1)
                 _replace(self.op_in[o], s, w)
             self.op_out[o].push_back(s)
             if self.producer[s] >= 0:
@@ -651,8 +657,6 @@ cdef class Engine(Evictor):
         readers (and S's old producer) move to the old value V, as on success, and S becomes a
         constant holding whatever the kernel left (never recomputed). Then the op aborts."""
         cdef int k, m, s, w, p
-        cdef uint64_t c
-        cdef int co
         cdef vector[int] none
         self.work.clear()
         for k in range(<int>self.cur_mutated.size()):
@@ -662,18 +666,7 @@ cdef class Engine(Evictor):
             if w < 0:
                 continue      # nothing recorded reads S's old value: S just keeps what it holds
             p = self.producer[s]
-            if p >= 0:
-                self.op_out[p][self.index[s]] = w
-            for c in self.consumers[s]:
-                co = <int>(c & 0xffffffff)
-                if self.generation[co] != (c >> 32) or co == o:
-                    continue
-                if _replace(self.op_in[co], s, w):
-                    self.consumers[w].push_back(c)
-                    if self.live_out[co] > 0:
-                        self.readers[s] -= 1
-                        self.readers[w] += 1
-            self.consumers[s].clear()
+            self._redirect(s, w, o)
             if p >= 0:
                 self.producer[s] = -1
                 self.index[s] = 0

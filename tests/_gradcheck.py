@@ -159,3 +159,17 @@ def deep_mlp_loss(x, targets, params):
     for w, b in zip(params[:-2:2], params[1:-2:2]):
         h = ops.relu(h @ w + b)
     return ops.cross_entropy(h @ params[-2] + params[-1], targets)
+
+
+def train_deep_mlp(rt, steps=3):
+    """`steps` AdamW steps of deep_mlp(rt, 24, 16, 128); returns copies of its parameters."""
+    from coop.optim import AdamW
+    x, targets, params = deep_mlp(rt, depth=24, width=16, batch=128)
+    opt = AdamW(params, lr=1e-2)
+    for _ in range(steps):
+        loss = deep_mlp_loss(x, targets, params)
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad()
+    return [p.numpy().copy() for p in params]

@@ -3,7 +3,7 @@ and charges the copy, replays count and charge moves, host runs move their array
 inside the arena and train bit-identically, and coop (whose window only evicts) never moves."""
 import numpy as np
 import pytest
-from _gradcheck import deep_mlp, deep_mlp_loss
+from _gradcheck import train_deep_mlp
 
 import coop
 import coop.replay as R
@@ -12,7 +12,6 @@ from coop._engine import Engine
 from coop._replay import SizeExecutor
 from coop.kernel import DEVICES
 from coop.models import paper
-from coop.optim import AdamW
 
 KIB = 1024
 
@@ -94,15 +93,7 @@ def test_replays_count_and_charge_moves(resnet_trace):
 
 
 def train(rt, steps=3):
-    x, targets, params = deep_mlp(rt, depth=24, width=16, batch=128)
-    opt = AdamW(params, lr=1e-2)
-    for _ in range(steps):
-        loss = deep_mlp_loss(x, targets, params)
-        loss.backward()
-        del loss
-        opt.step()
-        opt.zero_grad()
-    return [p.numpy().copy() for p in params]
+    return train_deep_mlp(rt, steps)
 
 
 def test_host_runs_move_arrays_and_train_bit_identically():

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from _gradcheck import deep_mlp, deep_mlp_loss
+from _gradcheck import deep_mlp, deep_mlp_loss, train_deep_mlp
 
 import coop
 import coop.replay as R
@@ -126,14 +126,7 @@ def test_a_simulated_training_step_replays_exactly(name, tmp_path):
 
 
 def train_mlp(rt, steps=3):
-    x, targets, params = deep_mlp(rt, depth=24, width=16, batch=128)
-    opt = AdamW(params, lr=1e-2)
-    for _ in range(steps):
-        loss = deep_mlp_loss(x, targets, params)
-        loss.backward()
-        del loss
-        opt.step()
-        opt.zero_grad()
+    train_deep_mlp(rt, steps)
 
 
 def train_gpt(rt, steps=2):
