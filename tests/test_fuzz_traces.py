@@ -381,8 +381,10 @@ def command(data, argv, process=False):
         with open(path, "wb") as f:
             f.write(data)
         if process:
+            # from the temporary folder: `python -m` puts the working directory first on the
+            # path, and a checkout's coop/ (sources, no built modules) would shadow the install
             run = subprocess.run([sys.executable, "-m", "coop", "replay", path, *argv],
-                                 capture_output=True, text=True, timeout=120,
+                                 cwd=folder, capture_output=True, text=True, timeout=120,
                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
             return run.returncode, run.stdout, run.stderr
         out, err = io.StringIO(), io.StringIO()
