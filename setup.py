@@ -38,5 +38,6 @@ extensions = [
     extension("_replay"),
     extension("_host", uses_numpy=True),
     extension("_cupy_pool"),
+    extension("_random"),
 ]
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

@@ -1,14 +1,20 @@
 """coop.random: Philox-4x32-10 against Random123's known answers and a scalar reference, the
 stream's layout and uniform mappings, the CuPy kernel's source (compiled by NVRTC, no device
 needed) and, on a device, its bits against NumPy's; random kernels replay bit for bit."""
+import tracemalloc
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
+import _philox_reference as reference
 import coop
 from _nvrtc import compile_elementwise
 from coop import ops
-from coop.random import (CUDA_BODY, CUDA_PREAMBLE, CHUNK, M0, M1, W0, W1, Stream, draw,
+from coop.random import (CUDA_BODY, CUDA_PREAMBLE, M0, M1, W0, W1, Stream, draw,
                          philox4x32_10)
+
+CHUNK = reference.CHUNK    # the NumPy reference's chunk of blocks
 
 # Random123 tests/kat_vectors, "philox4x32 10" lines: counter (4 words), key (2), output (4)
 KAT = [
@@ -50,6 +56,79 @@ def test_vectorised_philox_matches_the_scalar_reference_on_random_counters_and_k
         got = philox4x32_10(counters, k0, k1)
         assert got.dtype == np.uint32 and got.shape == (64, 4)
         assert got.tolist() == [scalar_philox(c, (k0, k1)) for c in counters.tolist()]
+
+
+# ---- the compiled host path against the pure-NumPy reference ------------------------------------
+
+WORDS = {np.uint32: 1, np.float32: 1, np.float64: 2}
+
+
+@st.composite
+def draws(draw_, max_n=3 * 4 * CHUNK):
+    """(seed, block, n, dtype): any 64-bit seed; blocks near 0, the 2**32 carry and the top of
+    the 64-bit counter (the last draw the API allows ends at block 2**64); n small or large."""
+    dtype = draw_(st.sampled_from(list(WORDS)))
+    n = draw_(st.one_of(st.integers(0, 9), st.integers(0, max_n)))
+    nblocks = -(-n * WORDS[dtype] // 4)
+    block = draw_(st.one_of(
+        st.integers(0, 2 ** 20),
+        st.integers(2 ** 32 - nblocks - 3, 2 ** 32 + 3).filter(lambda b: b >= 0),
+        st.integers(2 ** 64 - nblocks - 5, 2 ** 64 - nblocks),
+        st.integers(0, 2 ** 64 - nblocks)))
+    return draw_(st.integers(0, 2 ** 64 - 1)), block, n, dtype
+
+
+@settings(max_examples=300, deadline=None)
+@given(draws())
+def test_compiled_draws_equal_the_numpy_reference_bit_for_bit(args):
+    seed, block, n, dtype = args
+    got, want = draw(seed, block, n, dtype), reference.draw(seed, block, n, dtype)
+    assert got.dtype == want.dtype == np.dtype(dtype) and got.shape == want.shape == (n,)
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 4 * CHUNK + 1])
+@pytest.mark.parametrize("dtype", list(WORDS))
+def test_compiled_draws_equal_the_reference_at_every_partial_block(n, dtype):
+    for seed, block in [(0, 0), (2 ** 64 - 1, 2 ** 32 - 1), (2 ** 63 + 5, 2 ** 64 - 2 * n - 1)]:
+        assert draw(seed, block, n, dtype).tobytes() == \
+            reference.draw(seed, block, n, dtype).tobytes()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.integers(0, 2 ** 32 - 1), st.integers(0, 40),
+       st.integers(0, 2 ** 32))
+def test_compiled_philox_equals_the_numpy_reference(k0, k1, rows, seed):
+    counters = np.random.default_rng(seed).integers(0, 2 ** 32, (rows, 4), dtype=np.uint64)
+    got = philox4x32_10(counters, k0, k1)
+    assert got.dtype == np.uint32 and got.shape == (rows, 4)
+    assert got.tobytes() == reference.philox4x32_10(counters, k0, k1).tobytes()
+
+
+@pytest.mark.parametrize("dtype", list(WORDS))
+def test_a_host_draw_allocates_its_output_only(dtype):
+    n = 1 << 18
+    draw(1, 0, n, dtype)
+    tracemalloc.start()
+    try:
+        out = draw(7, 3, n, dtype)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.nbytes <= peak < out.nbytes + 4096
+
+
+def test_bad_draws_are_refused():
+    with pytest.raises(ValueError, match="blocks"):
+        draw(1, 2 ** 64 - 1, 8, np.uint32)          # its 2 blocks would pass 2**64
+    with pytest.raises(ValueError, match="2\\*\\*64"):
+        draw(2 ** 64, 0, 4, np.uint32)
+    with pytest.raises(ValueError, match="blocks"):
+        draw(1, -1, 4, np.uint32)
+    with pytest.raises(TypeError, match="uint32, float32 or float64"):
+        draw(1, 0, 4, np.int32)
+    assert draw(1, 2 ** 64 - 1, 4, np.uint32).tolist() == \
+        [scalar_word(1, 4 * (2 ** 64 - 1) + i) for i in range(4)]
 
 
 @pytest.mark.parametrize("seed, block", [(0, 0), (2 ** 64 - 1, 2 ** 32 - 3), (12345, 7)])
