@@ -25,7 +25,7 @@ cdef class Engine(Evictor):
     cdef readonly object policy        # the coop.policies.Policy record
     cdef bint partition                # cheap ops' outputs at the high end
     cdef bint inplace                  # coop's in-place rule (else DTR's: a new version per mutation)
-    cdef double copy_cost              # cost units per byte of copying an old value (> 0)
+    cdef readonly double copy_cost     # cost units per byte of copying memory (>= 0)
     cdef double thrash_cost            # raise Thrash once the cost executed passes it (0: never)
     cdef public object release_hook    # None, or called with a storage id when users reach 0
     # per storage (ids are reused once a storage's record dies)

@@ -39,9 +39,9 @@ cdef enum:
     OLD_COPY = 2        # a copy of a constant, resident while read
     OLD_VERSION = 3     # DTR's rule: a copy, then released (evicted at once when recomputable)
 
-#: cost units per byte of copying memory when none is given: the a100-80gb roofline's
-#: bandwidth, in nanoseconds (coop's recorded traces and DTR's logs count nanoseconds)
-DEFAULT_COPY_COST = 1e9 / DEVICES["a100-80gb"].bytes_per_s
+#: cost units per byte of copying memory when none is given: the a100-80gb's, in nanoseconds
+#: (coop's recorded traces and DTR's logs count nanoseconds)
+DEFAULT_COPY_COST = DEVICES["a100-80gb"].copy_ns_per_byte
 
 
 class Thrash(Exception):
@@ -84,11 +84,12 @@ cdef class Engine(Evictor):
 
     policy: a name of coop.policies.POLICIES; executor: what running and dropping mean;
     thrash_cost: raise Thrash once the cost executed passes it (0: never); copy_cost: cost units
-    per byte of copying an old value, for coop's in-place rule (<= 0: DEFAULT_COPY_COST).
+    per byte of copying memory (None: DEFAULT_COPY_COST), what coop's in-place rule weighs a
+    copy at and what a move costs when the policy moves.
     """
 
     def __init__(self, Arena arena, policy, Executor executor, double thrash_cost=0.0,
-                 move_cost=None, double copy_cost=0.0):
+                 copy_cost=None):
         cdef object record = get_policy(policy)
         if record.ideal != arena.ideal:
             raise ValueError(f"policy {record.name!r} needs "
@@ -104,18 +105,16 @@ cdef class Engine(Evictor):
         self.partition = record.partition
         self.inplace = record.inplace
         self.thrash_cost = thrash_cost
-        self.copy_cost = copy_cost if copy_cost > 0.0 else DEFAULT_COPY_COST
+        self.copy_cost = DEFAULT_COPY_COST if copy_cost is None else float(copy_cost)
+        if not 0.0 <= self.copy_cost < INFINITY:
+            raise ValueError(f"copy_cost must be a finite number >= 0, got {copy_cost!r}")
         self.arena = arena
         self.executor = executor
         # coop's window moves pieces when the policy does and the executor can (docs/core.md,
-        # Moving): at move_cost per byte (the engine's cost unit), by default a copy's read and
-        # write of each byte at the a100-80gb's bandwidth, in ns (the traces' cost model)
+        # Moving), at copy_cost per byte
         self.move_rate = INFINITY
         if record.move and executor.can_move and not arena.ideal:
-            self.move_rate = (2e9 / DEVICES["a100-80gb"].bytes_per_s if move_cost is None
-                              else float(move_cost))
-            if not (self.move_rate >= 0.0):
-                raise ValueError(f"move_cost must be a number >= 0, got {move_cost!r}")
+            self.move_rate = self.copy_cost
         arena.move_cost = self.move_rate
         arena.attach(self)
         executor.engine = self

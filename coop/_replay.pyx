@@ -12,7 +12,6 @@ from libcpp.vector cimport vector
 from coop._core cimport Arena
 from coop._engine cimport Engine, Executor
 
-from coop.kernel import DEVICES
 
 
 # record kinds
@@ -301,14 +300,11 @@ cdef class Replayer:
     cdef readonly int last_op          # the program op of the last call or mutate run, or -1
 
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
-                 move_cost=None):
+                 copy_cost=None):
         self.prog = prog
         self.executor = _ReplayExecutor()
         self.executor.prog = prog
-        # copying an old value costs the bandwidth of the trace's cost model, if it names one
-        spec = DEVICES.get(prog.meta.get("cost_model"))
-        self.engine = Engine(arena, policy, self.executor, thrash_cost, move_cost,
-                             1e9 / spec.bytes_per_s if spec is not None else 0.0)
+        self.engine = Engine(arena, policy, self.executor, thrash_cost, copy_cost)
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
         self.last_op = -1

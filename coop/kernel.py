@@ -27,6 +27,13 @@ class DeviceSpec:
     bytes_per_s: float      # memory bandwidth
     launch_ns: float = 0.0  # fixed cost per kernel
 
+    @property
+    def copy_ns_per_byte(self):
+        """Cost of copying one byte within the device's memory, in ns: the copy reads it and
+        writes it at the device's bandwidth. The engine charges it for moving a piece and weighs
+        it against a recompute when an in-place op could copy an old value."""
+        return 2e9 / self.bytes_per_s
+
     def cost_ns(self, flops, nbytes):
         """Roofline time of a kernel doing `flops` and moving `nbytes`, in nanoseconds."""
         return self.launch_ns + 1e9 * max(flops / self.flops_per_s, nbytes / self.bytes_per_s)

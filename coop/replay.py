@@ -40,15 +40,14 @@ def _program(trace):
     raise TypeError(f"trace must be a path or a coop.trace Program, got {type(trace).__name__}")
 
 
-def move_cost(program):
-    """The cost of moving one byte for coop's window: the trace's own (meta move_cost, as
-    the recording runtime had it), else a copy's read and write of each byte at the bandwidth of
-    the trace's cost model (meta cost_model; a100-80gb, the recorders' default)."""
-    rate = program.meta.get("move_cost")
+def copy_cost(program):
+    """The cost of copying one byte (a move of coop's window, an in-place op's copy of an old
+    value): the recording runtime's (meta copy_cost), else that of the trace's cost model's
+    device (meta cost_model; a100-80gb, the recorders' default)."""
+    rate = program.meta.get("copy_cost")
     if rate is not None:
         return float(rate)
-    spec = DEVICES.get(program.meta.get("cost_model") or "a100-80gb", DEVICES["a100-80gb"])
-    return 2e9 / spec.bytes_per_s
+    return DEVICES.get(program.meta.get("cost_model"), DEVICES["a100-80gb"]).copy_ns_per_byte
 
 
 def _alignment(program, alignment):
@@ -134,7 +133,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
                          f"{thrash!r}")
     arena = Arena(nbytes, align, ideal=ideal)
     limit = thrash * program.cost_first if thrash else 0.0
-    replayer = Replayer(program, arena, policy, limit, move_cost(program))
+    replayer = Replayer(program, arena, policy, limit, copy_cost(program))
     status = "ok"
     t0 = time.perf_counter()
     try:

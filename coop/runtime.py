@@ -96,12 +96,7 @@ class Runtime:
         bound = backend.bound() if hasattr(backend, "bound") else backend
         executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(bound)
         try:
-            # copying an old value (coop's in-place rule) at the cost model's bandwidth; timed
-            # host costs at the rough host's
-            copy_spec = cost if cost is not None else DEVICES["cpu"] if backend.xp is numpy \
-                else None
-            engine = Engine(arena, record.name, executor, 0.0, _move_cost(cost),
-                            1e9 / copy_spec.bytes_per_s if copy_spec is not None else 0.0)
+            engine = Engine(arena, record.name, executor, 0.0, _copy_cost(backend, cost))
         except BaseException:
             if previous is not None:      # refused: the backend stays the previous runtime's
                 arena.attach(previous)
@@ -402,7 +397,7 @@ class _Recording:
                 "budget": runtime.arena.capacity}
         if runtime.cost_model is not None:
             meta["cost_model"] = runtime.cost_model.name
-        meta["move_cost"] = _move_cost(runtime.cost_model)
+        meta["copy_cost"] = runtime._engine.copy_cost
         self.writer = TraceWriter(path, **meta)
         if runtime._engine.live_storages:
             self.writer.live(*_live_state(runtime))
@@ -458,11 +453,13 @@ def _default_cost(backend):
     return spec
 
 
-def _move_cost(spec):
-    """Cost of moving one byte (coop's window, docs/core.md Moving), in the cost model's ns:
-    a copy reads and writes each byte at the device's bandwidth (measured host costs: the
-    "cpu" entry's)."""
-    return 2e9 / (spec if spec is not None else DEVICES["cpu"]).bytes_per_s
+def _copy_cost(backend, spec):
+    """Cost of copying one byte (a move, an in-place op's copy of an old value), in the cost
+    model's ns: the model's device's; measured costs: the device's own by name (the "cpu" entry
+    on the host)."""
+    if spec is None:
+        spec = DEVICES["cpu"] if backend.xp is numpy else _default_cost(backend)
+    return spec.copy_ns_per_byte
 
 
 def _allocs(log):

@@ -71,13 +71,14 @@ class Timeline:
 def collect(program, budget, policy="coop", alignment=None, thrash=None):
     """Replay program (a coop.trace Program) at budget bytes under policy, taking the arena's
     log record by record; returns a Timeline (its figures as coop.replay.replay's)."""
-    from coop.replay import DEFAULT_ALIGNMENT
+    from coop.replay import DEFAULT_ALIGNMENT, copy_cost
     if get_policy(policy).move:
         raise ValueError(f"a timeline cannot draw {policy!r} yet: the arena's log does not "
                          "record the window's moves; draw 'coop' (the same policy without moves)")
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
     arena = Arena(int(budget), align, ideal=get_policy(policy).ideal)
-    replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0)
+    replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0,
+                        copy_cost(program))
     log = _Log(replayer, program)
     status = "ok"
     try:

@@ -14,7 +14,7 @@ from coop._replay import SizeExecutor
 KIB = 1024
 
 
-def engine(budget=16 * KIB, policy="coop", thrash=0.0, copy_cost=0.0):
+def engine(budget=16 * KIB, policy="coop", thrash=0.0, copy_cost=None):
     arena = coop.Arena(budget, 512)
     return Engine(arena, policy, SizeExecutor(), thrash, copy_cost=copy_cost), arena
 
@@ -138,11 +138,11 @@ def test_without_recomputable_in_place_a_constant_gets_a_copy_that_lives_while_r
     arena.check()
 
 
-@pytest.mark.parametrize("copy_cost, copied", [(0.0, True), (1.0, False)])
+@pytest.mark.parametrize("copy_cost, copied", [(None, True), (0.0, True), (1.0, False)])
 def test_coop_gives_a_pending_reader_a_new_version_only_when_the_copy_is_cheaper(
         copy_cost, copied):
-    # x's producer costs 10; copying 1 KiB costs 1024 / 2.039 ns per KiB (a100-80gb's bandwidth,
-    # the default: 0.5) or 1024 (copy_cost 1.0). A new version: the old one was copied, then
+    # x's producer costs 10; copying 1 KiB costs 2 * 1024 / 2.039e3 = 1.0 ns (read and write at
+    # a100-80gb's bandwidth, the default), nothing (0.0) or 1024 (1.0). A new version: the old one was copied, then
     # released (DTR's rule); else overwritten, the old value recomputable: both end evicted
     e, arena = engine(copy_cost=copy_cost)
     c = e.constant(KIB)

@@ -73,7 +73,7 @@ def resnet_trace(tmp_path_factory):
 
 
 def test_replays_count_and_charge_moves(resnet_trace):
-    rate = R.move_cost(resnet_trace)
+    rate = R.copy_cost(resnet_trace)
     assert rate == 2e9 / DEVICES["a100-80gb"].bytes_per_s
     peak = R.peak(resnet_trace)
     moved = 0

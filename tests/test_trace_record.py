@@ -41,7 +41,7 @@ def test_a_recorded_run_writes_the_documented_records(tmp_path, rt):
         "outputs": [{"id": i, "size": s, "alias": k} for i, s, k in outputs]}
     got = records(path)
     assert got[0] == {"op": "meta", "alignment": 64, "policy": "coop", "budget": 1 << 20,
-                      "cost_model": "cpu", "move_cost": 0.1}
+                      "cost_model": "cpu", "copy_cost": 0.1}
     for record in got[1:]:
         # a host trace has each kernel's allocation history; an output's alloc is a live
         # allocation of its size (which temporaries NumPy makes is NumPy's business)
