@@ -1424,11 +1424,47 @@ cdef class Arena:
     cdef object _oom(self, size_t size, policy):
         free_bytes = self.capacity - self.used_bytes
         largest = self.largest_free()
-        return OutOfMemoryError(
+        # what blocks: pinned pieces (held by the running kernel, or pinned by the caller) and
+        # unpinned walls (unevictable and unmovable), and the largest range free of both
+        cdef size_t pinned = 0, walls = 0, run = 0, window = 0
+        cdef int n_pinned = 0, n_walls = 0
+        cdef int idx = self.first
+        cdef Storage* st
+        while idx >= 0:
+            if not self.pieces_[idx].free and self.pieces_[idx].storage >= 0:
+                st = &self.storages[self.pieces_[idx].storage]
+                if st.pins != 0:
+                    pinned += self.pieces_[idx].size
+                    n_pinned += 1
+                    run = 0
+                    idx = self.pieces_[idx].next
+                    continue
+                if not st.evictable and not (st.movable and isfinite(self.move_rate)):
+                    walls += self.pieces_[idx].size
+                    n_walls += 1
+                    run = 0
+                    idx = self.pieces_[idx].next
+                    continue
+            elif not self.pieces_[idx].free:
+                pinned += self.pieces_[idx].size     # anonymous: a caller's allocation
+                n_pinned += 1
+                run = 0
+                idx = self.pieces_[idx].next
+                continue
+            run += self.pieces_[idx].size
+            window = run if run > window else window
+            idx = self.pieces_[idx].next
+        err = OutOfMemoryError(
             f"coop: cannot allocate {size} bytes under policy {policy!r}: budget {self.capacity} "
             f"bytes, {free_bytes} bytes free, largest free range {largest} bytes, and nothing "
-            f"left to evict; raise the budget, or free or unpin tensors",
+            f"left to evict (pinned or anonymous: {n_pinned} pieces, {pinned} bytes; "
+            f"unevictable: {n_walls} pieces, {walls} bytes; the largest range free of them: "
+            f"{window} bytes); raise the budget, or free or unpin tensors",
             size, self.capacity, free_bytes, largest)
+        err.pinned_bytes = pinned
+        err.wall_bytes = walls
+        err.largest_window = window
+        return err
 
 
 include "_blocks.pxi"

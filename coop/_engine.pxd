@@ -67,6 +67,7 @@ cdef class Engine(Evictor):
     cdef readonly int64_t const_bytes, bound_bytes
     cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
     cdef readonly long long copies     # old values copied by in-place ops (any rule)
+    cdef readonly long long room_made  # times coop made room for a kernel by moving its inputs
 
     # storages
     cdef int _new_sid(self) except -1
@@ -90,12 +91,15 @@ cdef class Engine(Evictor):
                           vector[int]& touched) noexcept
     cdef void _demote(self, int s) noexcept
     cdef int _recompute(self, int o) except -1
+    cdef int _make_room(self, int o) except -1
+    cdef bint c_make_room(self, int o, vector[size_t]& need) except -1
     cdef int _evict_eagerly(self, int s) except -1
     cdef int _account(self, int o, bint recompute) except -1
     # records
     cdef int c_constant(self, int64_t size, Py_ssize_t off) except -1
     cdef int c_begin(self, vector[int]& inputs, int placement, int tag) except -1
     cdef int c_output(self, int o, int64_t nbytes, Py_ssize_t off) except -1
+    cdef int c_first_output(self, int o, int64_t nbytes) except -1
     cdef int c_alias(self, int o) except -1
     cdef int c_finish(self, int o) except -1
     cdef int c_prepare_inplace(self, int o, vector[int]& mutated) except -1

@@ -28,6 +28,7 @@ from libcpp.vector cimport vector
 
 from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor, policy_code
 
+from coop.errors import OutOfMemoryError
 from coop.kernel import DEVICES
 from coop.policies import get_policy
 
@@ -366,10 +367,87 @@ cdef class Engine(Evictor):
 
     cdef int _recompute(self, int o) except -1:
         """Run o again (the executor gives its live evicted outputs memory)."""
+        if self.move_rate < INFINITY:
+            self._make_room(o)
         self.executor.run(o)
         self.recomputes += 1
         self._account(o, True)
         return 0
+
+    cdef int _make_room(self, int o) except -1:
+        """Before recomputing o, when the policy moves: o's evicted outputs' sizes are known and
+        no kernel holds its inputs yet, so when one fits no free range, c_make_room makes room
+        for them before the kernel starts (while it runs, its inputs are walls)."""
+        cdef vector[size_t] need
+        cdef size_t largest = self.arena.largest_free(), req
+        cdef bint short = False
+        cdef int s
+        for s in self.op_out[o]:
+            if s >= 0 and self.alive[s] and self.producer[s] == o and self.offset[s] < 0:
+                req = self.arena.request_size(self.size[s])
+                need.push_back(req)
+                short = short or req > largest
+        if short:
+            self.c_make_room(o, need)
+        return 0
+
+    cdef bint c_make_room(self, int o, vector[size_t]& need) except -1:
+        """Room for allocations of the request sizes in need, for op o whose kernel holds
+        nothing yet (before a recompute, or a first run aborted by its failed allocation, to be
+        run again: docs/core.md, "Moving"): coop's window places each while o's resident inputs
+        and outputs may move but not be evicted. The ranges found are freed again at once, for
+        the kernel's own allocations. False (nothing lost) when one could not be found; the
+        kernel's allocation then searches as it would have. Only when the policy moves."""
+        if not self.move_rate < INFINITY:
+            return False
+        cdef vector[int] keep            # o's resident inputs and outputs, flags lifted
+        cdef vector[int] kept_pins
+        cdef vector[unsigned char] kept_ev
+        cdef vector[Py_ssize_t] taken
+        cdef bint logging, found = False
+        cdef int s, slot, k
+        cdef size_t req
+        cdef Py_ssize_t off
+        for s in self.op_in[o]:
+            if self.offset[s] >= 0 and not _contains(keep, s):
+                keep.push_back(s)
+        for s in self.op_out[o]:
+            if s >= 0 and self.offset[s] >= 0 and not _contains(keep, s):
+                keep.push_back(s)
+        for s in keep:
+            slot = self.slot[s]
+            kept_pins.push_back(self.arena.c_pins(slot))
+            kept_ev.push_back(self.arena.c_evictable(slot))
+            self.arena.c_set_evictable(slot, False)
+            self.arena.c_pin(slot, -self.arena.c_pins(slot))
+        logging = self.arena.logging
+        self.arena.logging = False           # a reservation is no allocation of the kernel's
+        try:
+            for req in need:
+                off = self.arena.c_allocate_or_evict(req, self.placement_of[o], self.policy_code,
+                                                     self.now, -1, self, self.policy_name)
+                taken.push_back(off)
+            found = True
+        except OutOfMemoryError:
+            pass
+        finally:
+            for off in taken:
+                self.arena.c_free(<size_t>off)
+            self.arena.logging = logging
+            for k in range(<int>keep.size()):
+                slot = self.slot[keep[k]]
+                self.arena.c_pin(slot, kept_pins[k])
+                self.arena.c_set_evictable(slot, kept_ev[k])
+        if found:
+            self.room_made += 1
+        return found
+
+    def make_room(self, int o, sizes):
+        """c_make_room for op o and allocations of sizes (bytes); whether room was made."""
+        cdef vector[size_t] need
+        for n in sizes:
+            need.push_back(self.arena.request_size(n))
+        return self.c_make_room(o, need)
 
     cdef int _account(self, int o, bint recompute) except -1:
         cdef double c = self.cost[o]
@@ -464,12 +542,37 @@ cdef class Engine(Evictor):
         self.op_out[o].push_back(s)
         self.live_out[o] += 1
         self.cur_placed.push_back(s)
-        if off >= 0:
-            self.c_bind(s, off)
-        else:
-            self._place(s, self.placement_of[o])
+        try:
+            if off >= 0:
+                self.c_bind(s, off)
+            else:
+                self._place(s, self.placement_of[o])
+        except BaseException:
+            # a failed output leaves no trace: the op may still abort, or run again
+            self.op_out[o].pop_back()
+            self.live_out[o] -= 1
+            self.cur_placed.pop_back()
+            self._die(s)
+            raise
         self._pin1(s)
         return s
+
+    cdef int c_first_output(self, int o, int64_t nbytes) except -1:
+        """c_output placed now, for a kernel that allocates its outputs before any work (a
+        simulated or replayed op): when the policy moves and the allocation fails, the kernel
+        is aborted (nothing done yet) and runs again once after c_make_room moved its inputs
+        out of the way; the live runtime retries a real kernel the same way (docs/core.md,
+        "Moving")."""
+        cdef vector[size_t] need
+        try:
+            return self.c_output(o, nbytes, -1)
+        except OutOfMemoryError:
+            if not self.move_rate < INFINITY:
+                raise
+            need.push_back(self.arena.request_size(<size_t>nbytes))
+            if not self.c_make_room(o, need):
+                raise
+        return self.c_output(o, nbytes, -1)
 
     cdef int c_alias(self, int o) except -1:
         """An output of o that views one of its inputs (no new memory)."""
@@ -873,7 +976,8 @@ cdef class Engine(Evictor):
                         self.op_out[o].push_back(-1)
                         sids.append(s)
                         continue
-                sids.append(self.c_output(o, nbytes, off))
+                sids.append(self.c_output(o, nbytes, off) if off >= 0
+                            else self.c_first_output(o, nbytes))
         except BaseException:
             self.c_abort(o)
             raise
@@ -1018,7 +1122,8 @@ cdef class Engine(Evictor):
         return {"ops": self.ops, "recomputes": self.recomputes, "cost_first": self.cost_first,
                 "cost_total": self.cost_total, "eager_evictions": self.eager_evictions,
                 "demotions": self.demotions, "releases": self.releases, "moves": self.moves,
-                "held": self.held_count, "clock": self.now, "lower_bound_bytes": self.bound_bytes}
+                "held": self.held_count, "clock": self.now, "lower_bound_bytes": self.bound_bytes,
+                "room_made": self.room_made}
 
     def stats(self):
         """One dict, one name per figure: the engine's counters, the arena's, and the compute

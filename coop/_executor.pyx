@@ -8,6 +8,7 @@ backend's arrays and adopts their outputs (compiled: it runs around every kernel
 recomputes at C speed (coop._replay.SizeExecutor).
 """
 from cpython.ref cimport Py_REFCNT
+from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -21,6 +22,7 @@ import numpy
 from coop._core import EXPENSIVE, LOWEST
 from coop._replay import SizeExecutor
 from coop.arrays import build_view, memory_of
+from coop.errors import OutOfMemoryError
 from coop.kernel import is_spec, spec_nbytes, specs_of
 
 cnp.import_array()
@@ -270,11 +272,27 @@ cdef class ArrayExecutor(Executor):
         cdef Engine engine = self.engine
         cdef list arrays = self.arrays
         cdef View v
-        cdef list ins = []
+        cdef list ins
+        cdef int attempt
         try:
-            for v in rec.inputs:      # the engine made them resident
-                ins.append(arrays[v.sid] if v.natural else build_view(self.xp, arrays[v.sid], v))
-            outs, elapsed = self.call(rec, ins, placement)
+            for attempt in range(3):
+                ins = []
+                for v in rec.inputs:      # the engine made them resident
+                    ins.append(arrays[v.sid] if v.natural else build_view(self.xp, arrays[v.sid], v))
+                try:
+                    outs, elapsed = self.call(rec, ins, placement)
+                    break
+                except OutOfMemoryError as err:
+                    # the kernel holds its inputs while it runs: under a policy that moves, it
+                    # is aborted and run again (up to twice) after coop moved its inputs out of
+                    # the way of the failed request (Engine.make_room); pure kernels only
+                    if attempt == 2 or rec.kernel.inplace is not None \
+                            or not engine.move_rate < INFINITY:
+                        raise
+                    request = err.request
+                ins = None                # the arrays go, so that the inputs can move
+                if not self._retry(o, request):
+                    attempt = 2
             del ins
             placed = self.adopt(outs, placement, [v.sid for v in rec.inputs])
             rec.outputs = [(x.shape, x.dtype) for x in outs]
@@ -285,6 +303,16 @@ cdef class ArrayExecutor(Executor):
         sids = engine.finish_call(o, cost, [(p[1].nbytes, p[2]) for p in placed])
         self.record(o, rec)
         return self.views(runtime, placed, sids), cost
+
+    def _retry(self, int o, request):
+        """Make room for a first run's failed request before it runs again (the arena's log, if
+        one is kept, restarts: only the last attempt's allocations are the kernel's)."""
+        cdef Engine engine = self.engine
+        cdef Arena arena = engine.arena
+        if arena.logging:
+            arena.take_log()
+            arena.start_log()
+        return engine.make_room(o, [request])
 
     def views(self, runtime, list placed, sids):
         """Views of a first run's outputs on their storages (new ones keep the root's memory)."""

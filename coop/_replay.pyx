@@ -6,11 +6,13 @@ The engine is the one the runtime uses, so a trace recorded from a run replays w
 evictions and recomputes the run made (tests/test_replay.py). ``SizeExecutor`` is also what
 the runtime uses on the simulation backend. Semantics: docs/trace-format.md.
 """
+from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
 
 from coop._core cimport Arena
 from coop._engine cimport Engine, Executor
+from coop.errors import OutOfMemoryError
 
 
 
@@ -411,7 +413,7 @@ cdef class Replayer:
             return 0
         if p.has_events[t]:
             # a host kernel: its allocations are anonymous until it returns
-            self.executor._run_events(t, e.placement_of[o])
+            self._first_events(o, t)
             for k in range(p.out_ptr[t], p.out_ptr[t + 1]):
                 v = p.outs[k]
                 if v >= 0:
@@ -424,10 +426,33 @@ cdef class Replayer:
             for k in range(p.out_ptr[t], p.out_ptr[t + 1]):
                 v = p.outs[k]
                 if v >= 0:
-                    self._define(v, e.c_output(o, p.value_size[v], -1))
+                    self._define(v, e.c_first_output(o, p.value_size[v]))
                 else:
                     e.c_alias(o)
         e.c_finish(o)
+        return 0
+
+    cdef int _first_events(self, int o, int t) except -1:
+        """A first run's host-kernel allocations; under a policy that moves, one that fails
+        frees the kernel's live allocations and runs it again, up to twice, after coop made
+        room for the failed request (the live runtime's retry: docs/core.md, "Moving")."""
+        cdef Engine e = self.engine
+        cdef vector[size_t] need
+        cdef int attempt
+        for attempt in range(3):
+            try:
+                self.executor._run_events(t, e.placement_of[o])
+                return 0
+            except OutOfMemoryError as err:
+                if attempt == 2 or not e.move_rate < INFINITY:
+                    raise
+                request = err.request
+            self.executor._free_leftovers()
+            need.clear()
+            need.push_back(<size_t>request)
+            if not e.c_make_room(o, need):
+                self.executor._run_events(t, e.placement_of[o])    # fails as it would have
+                return 0
         return 0
 
     cdef int _kernel_events(self, int o, int t) except -1:

@@ -10,6 +10,12 @@ class OutOfMemoryError(MemoryError):
         self.budget = budget
         self.free = free
         self.largest_free = largest_free
+        #: from the arena's window search, when it raised: bytes pinned (held by the running
+        #: kernel) or anonymous, bytes neither evictable nor movable, and the largest range
+        #: free of both (what evicting and moving everything else could have freed)
+        self.pinned_bytes = None
+        self.wall_bytes = None
+        self.largest_window = None
 
 
 class UsageError(ValueError):

@@ -23,8 +23,9 @@ class Policy:
     inplace: coop's in-place rule (the old value of a mutated storage is recomputed or copied,
     as docs/design.md says); off: DTR's (each mutation makes a new version, the old one released);
     ideal: needs an ideal arena (``SimBackend(budget, ideal=True)``), and only it takes one;
-move: core ``coop`` may move pieces out of its window instead of evicting them (docs/core.md,
-Moving), where the executor can move memory;
+    move: core ``coop`` may move pieces out of its window instead of evicting them, and make room
+    before a recompute by moving its inputs (docs/core.md, Moving), where the executor can move
+    memory;
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
     of ``core`` in ``coop.POLICIES``), for Cython owners.
     """
@@ -46,20 +47,21 @@ Moving), where the executor can move memory;
 
 #: runtime policy name -> Policy
 POLICIES = {p.name: p for p in (
-    Policy("coop", "coop", partition=True, inplace=True),
+    # coop's window moves pieces out of the way when that is cheaper than evicting them
+    # (docs/core.md, Moving); coop-no-move only evicts, as the paper's window did
+    Policy("coop", "coop", partition=True, inplace=True, move=True),
     # DTR's baselines mutate as DTR's simulator did: each mutation makes a new version
     Policy("dtr", "dtr", partition=False, inplace=False),
     Policy("dte", "dte", partition=False, inplace=False),
     Policy("lru", "lru", partition=False, inplace=False),
     Policy("size", "size", partition=False, inplace=True),
     Policy("none", "none", partition=False, inplace=True),
-    Policy("coop-no-partition", "coop", partition=False, inplace=True),
-    Policy("coop-no-inplace", "coop", partition=True, inplace=False),
+    Policy("coop-no-partition", "coop", partition=False, inplace=True, move=True),
+    Policy("coop-no-inplace", "coop", partition=True, inplace=False, move=True),
     Policy("coop-loop", "dtr", partition=True, inplace=True),
     # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
     Policy("dtr-ideal", "dtr", partition=False, inplace=False, ideal=True),
-    # coop whose window may also move pieces out of the way (docs/core.md, Moving)
-    Policy("coop-move", "coop", partition=True, inplace=True, move=True),
+    Policy("coop-no-move", "coop", partition=True, inplace=True),
 )}
 
 

@@ -107,6 +107,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
     searches, search_time (s), fragmentation_rate, largest_free_ratio, window_moves,
     bytes_moved, move_cost (coop's moves: docs/core.md, Moving; the cost is in compute_overhead),
+    room_made (times coop moved a kernel's inputs to make room for it),
     peak_used_bytes, records, wall_time (s), records_per_s, and the budget in bytes and as a
     ratio. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
     is broken).
@@ -171,6 +172,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "failed_allocations": stats["failed_allocations"],
         "largest_free_ratio": stats["largest_free_ratio"],
         "window_moves": stats["window_moves"],
+        "room_made": counters["room_made"],
         "bytes_moved": stats["bytes_moved"],
         "move_cost": stats["move_cost"],
         "peak_used_bytes": stats["peak_used_bytes"],

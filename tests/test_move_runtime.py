@@ -37,7 +37,7 @@ def wall_layout(policy):
 
 
 def test_the_engine_moves_a_wall_repoints_it_and_charges_the_copy():
-    e, arena, c = wall_layout("coop-move")
+    e, arena, c = wall_layout("coop")
     b = call(e, [], 2 * KIB)
     assert e.info(c)["offset"] == 2 * KIB and e.info(b)["offset"] == 0
     stats = e.stats()
@@ -49,7 +49,7 @@ def test_the_engine_moves_a_wall_repoints_it_and_charges_the_copy():
 
 
 def test_coop_without_moves_cannot_pass_the_wall():
-    e, arena, c = wall_layout("coop")
+    e, arena, c = wall_layout("coop-no-move")
     assert arena.move_cost == float("inf")
     with pytest.raises(coop.OutOfMemoryError):
         call(e, [], 2 * KIB)
@@ -58,7 +58,7 @@ def test_coop_without_moves_cannot_pass_the_wall():
 
 
 def test_a_held_storage_never_moves():
-    e, arena, c = wall_layout("coop-move")
+    e, arena, c = wall_layout("coop")
     arena.set_movable(c, False)        # what the engine does when a user's array holds it
     with pytest.raises(coop.OutOfMemoryError):
         call(e, [], 2 * KIB)
@@ -78,9 +78,9 @@ def test_replays_count_and_charge_moves(resnet_trace):
     peak = R.peak(resnet_trace)
     moved = 0
     for ratio in (0.6, 0.5, 0.4, 0.35, 0.3):
-        with_moves = R.replay(resnet_trace, ratio=ratio, policy="coop-move", thrash=None,
+        with_moves = R.replay(resnet_trace, ratio=ratio, policy="coop", thrash=None,
                               peak_bytes=peak)
-        without = R.replay(resnet_trace, ratio=ratio, policy="coop", thrash=None,
+        without = R.replay(resnet_trace, ratio=ratio, policy="coop-no-move", thrash=None,
                            peak_bytes=peak)
         assert (without["window_moves"], without["bytes_moved"], without["move_cost"]) == (0, 0, 0)
         assert with_moves["move_cost"] == pytest.approx(with_moves["bytes_moved"] * rate,
@@ -105,7 +105,7 @@ def test_host_runs_move_arrays_and_train_bit_identically():
     peak = rt.stats()["peak_used_bytes"]
     moved = 0
     for ratio in (0.8, 0.75, 0.6):
-        for policy in ("coop-move", "coop"):
+        for policy in ("coop", "coop-no-move"):
             rt = coop.Runtime(coop.numpy_allocator(int(ratio * peak)), policy=policy,
                               cost="a100-80gb")
             try:
@@ -113,7 +113,7 @@ def test_host_runs_move_arrays_and_train_bit_identically():
             except coop.OutOfMemoryError:
                 continue
             stats = rt.stats()
-            if policy == "coop":
+            if policy == "coop-no-move":
                 assert stats["window_moves"] == 0
             moved += stats["window_moves"]
             assert stats["move_cost"] == pytest.approx(stats["bytes_moved"] * rate, rel=1e-12)
@@ -130,13 +130,13 @@ def test_a_recorded_host_run_with_moves_replays_exactly(tmp_path):
     train(rt)
     peak = rt.stats()["peak_used_bytes"]
     budget = int(0.8 * peak)
-    rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-move", cost="a100-80gb")
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop", cost="a100-80gb")
     path = tmp_path / "moves.jsonl"
     with rt.record(path):
         train(rt)
     stats = rt.stats()
     assert stats["window_moves"] > 0
-    result = R.replay(path, budget=budget, policy="coop-move", thrash=None)
+    result = R.replay(path, budget=budget, policy="coop", thrash=None)
     assert result["status"] == "ok"
     keys = ("window_moves", "bytes_moved", "move_cost", "recomputes", "evictions", "searches",
             "cost_total", "peak_used_bytes")
@@ -147,7 +147,7 @@ def host_wall(hold):
     """4 KiB host arena: a freed KiB at 0 under constant b (1 KiB), a small constant c, free
     space above; an op making 2 KiB from c fits only if b moves up. hold: the program keeps
     b's raw array past a borrow (its memory is held: it must not move)."""
-    rt = coop.Runtime(coop.numpy_allocator(4096), policy="coop-move", cost="cpu")
+    rt = coop.Runtime(coop.numpy_allocator(4096), policy="coop", cost="cpu")
     a = rt.tensor(np.ones(256, np.float32))
     b = rt.tensor(np.arange(256, dtype=np.float32))
     c = rt.tensor(np.ones(64, np.float32))
@@ -176,10 +176,42 @@ def test_a_host_move_copies_the_bytes_into_the_arena():
 
 
 def test_memory_a_program_holds_never_moves():
+    """b's memory is held by the program and c's too: neither moves, and the op fails."""
     rt, b, c, grow, held = host_wall(hold=True)
+    with c.borrow() as array:
+        held_c = array
     with pytest.raises(coop.OutOfMemoryError):
         rt.apply(grow, c)
     assert rt.stats()["window_moves"] == 0
-    assert rt.backend.offset_of(held) == 1024
+    assert rt.backend.offset_of(held) == 1024 and rt.backend.offset_of(held_c) == 2048
     np.testing.assert_array_equal(held, np.arange(256, dtype=np.float32))
+    np.testing.assert_array_equal(held_c, np.ones(64, np.float32))
+    rt.arena.check()
+
+
+def test_a_failed_first_run_runs_again_after_its_input_moved():
+    """b is held; the kernel's own input c is a wall while the kernel runs, so its 2 KiB
+    allocation fails; coop aborts it, moves c (no kernel holds it now) into the free KiB at 0,
+    and runs it again: it fits above b. coop-no-move fails."""
+    rt, b, c, grow, held = host_wall(hold=True)
+    out = rt.apply(grow, c)
+    assert rt.arena.pieces() == [(0, 256, False, 2), (256, 768, True, -1),
+                                 (1024, 1024, False, 1), (2048, 2048, False, 0)]
+    stats = rt.stats()
+    assert (stats["window_moves"], stats["bytes_moved"], stats["evictions"]) == (1, 256, 0)
+    assert rt._engine.room_made == 1
+    assert rt.backend.offset_of(held) == 1024
+    np.testing.assert_array_equal(out.numpy(), np.ones(512, np.float32))
+    np.testing.assert_array_equal(c.numpy(), np.ones(64, np.float32))
+    rt.arena.check()
+    rt = coop.Runtime(coop.numpy_allocator(4096), policy="coop-no-move", cost="cpu")
+    a = rt.tensor(np.ones(256, np.float32))
+    b = rt.tensor(np.arange(256, dtype=np.float32))
+    c = rt.tensor(np.ones(64, np.float32))
+    del a
+    with b.borrow() as array:
+        held = array
+    with pytest.raises(coop.OutOfMemoryError):
+        rt.apply(grow, c)
+    assert rt.stats()["window_moves"] == 0 and rt._engine.room_made == 0
     rt.arena.check()

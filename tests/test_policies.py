@@ -9,17 +9,17 @@ from coop.policies import POLICIES, Policy, get_policy
 #: name -> (core policy, partition, inplace, ideal, move): the runtime's table, spelled out
 #: (DTR's baselines and coop-no-inplace mutate by DTR's rule: inplace off)
 EXPECTED = {
-    "coop": ("coop", True, True, False, False),
+    "coop": ("coop", True, True, False, True),
     "dtr": ("dtr", False, False, False, False),
     "dte": ("dte", False, False, False, False),
     "lru": ("lru", False, False, False, False),
     "size": ("size", False, True, False, False),
     "none": ("none", False, True, False, False),
-    "coop-no-partition": ("coop", False, True, False, False),
-    "coop-no-inplace": ("coop", True, False, False, False),
+    "coop-no-partition": ("coop", False, True, False, True),
+    "coop-no-inplace": ("coop", True, False, False, True),
     "coop-loop": ("dtr", True, True, False, False),
     "dtr-ideal": ("dtr", False, False, True, False),
-    "coop-move": ("coop", True, True, False, True),
+    "coop-no-move": ("coop", True, True, False, False),
 }
 
 
@@ -47,9 +47,9 @@ def test_records_are_frozen():
         p.partition = False
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.core_code = 1
-    assert p == Policy("coop", "coop", partition=True, inplace=True)
-    assert hash(p) == hash(Policy("coop", "coop", True, True, False, False))
-    assert get_policy("coop-move") == Policy("coop-move", "coop", True, True, move=True)
+    assert p == Policy("coop", "coop", partition=True, inplace=True, move=True)
+    assert hash(p) == hash(Policy("coop", "coop", True, True, False, True))
+    assert get_policy("coop-no-move") == Policy("coop-no-move", "coop", True, True)
 
 
 @pytest.mark.parametrize("name", ["fifo", "", "COOP", "dtr ", None, 3, 1.5, ["coop"], {"coop"},
@@ -57,7 +57,7 @@ def test_records_are_frozen():
 def test_unknown_policies(name):
     with pytest.raises(ValueError, match=r"unknown policy .*; choose one of coop, dtr, dte, lru, "
                                          r"size, none, coop-no-partition, coop-no-inplace, "
-                                         r"coop-loop, dtr-ideal, coop-move"):
+                                         r"coop-loop, dtr-ideal, coop-no-move"):
         get_policy(name)
 
 

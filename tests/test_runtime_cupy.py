@@ -41,9 +41,9 @@ def _chain(budget, policy):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("policy", ["coop", "dtr", "dte", "coop-move"])
+@pytest.mark.parametrize("policy", ["coop", "dtr", "dte", "coop-no-move"])
 def test_recompute_on_the_device_is_bit_exact(policy):
-    """coop-move: pieces it moves are copied device to device on the current stream."""
+    """coop moves pieces device to device on the current stream; coop-no-move only evicts."""
     expected, unlimited = _chain("64MiB", "coop")
     budget = int(unlimited["peak_used_bytes"] * 0.5) // 512 * 512
     got, stats = _chain(budget, policy)
