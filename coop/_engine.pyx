@@ -577,6 +577,11 @@ cdef class Engine(Evictor):
                     neighbours = self.op_in[p]
                 w = self._new_storage(self.size[s], p, self.index[s],
                                       self.arena.c_cost(self.slot[s]), neighbours, p >= 0)
+            if mode == OLD_RECOMPUTE:
+                # V is S's old value, evicted: it joins its evicted neighbours' class as an
+                # evicted copy would (DTR's rule), so what V's recompute needs counts in the c'
+                # of the resident storages next to it (S among them)
+                self.arena._on_evicted(self.slot[w])
             # recorded before the copy: an abort (the copy ran out of memory) forgets w
             self.cur_created.push_back(w)
             self.cur_mode.push_back(mode)
