@@ -550,7 +550,8 @@ cdef class Engine(Evictor):
         kept (OLD_NONE); a computed S gets a new version, as with DTR's rule, when it has a
         pending reader (a live op that read S) and recomputing the old value (S's producer's
         cost) costs more than copying it (size * copy_cost); else S is overwritten and its old
-        value V, a new storage with S's old producer, starts evicted (OLD_RECOMPUTE)."""
+        value V, a new storage with S's old producer, starts evicted (OLD_RECOMPUTE), in its
+        evicted neighbours' class as DTR's released copy would be."""
         cdef int m, s, w, p, mode
         cdef vector[int] neighbours
         cdef vector[int] live_readers
