@@ -33,16 +33,31 @@ def main(argv=None):
     print(f"peak {peak:,} bytes; overhead (recomputes) per ratio; '-' failed (oom or thrash)")
     print("| policy | min ratio | " + " | ".join(f"{r:.2f}" for r in ratios if r * 100 % 5 == 0)
           + " |")
+    runs = {}
     for policy in POLICIES:
         cells, ok = [], []
         for r in ratios:
-            res = R.replay(program, budget=int(r * peak), policy=policy)
+            res = runs[policy, r] = R.replay(program, budget=int(r * peak), policy=policy)
             if res["status"] == "ok":
                 ok.append(r)
             if round(r * 100) % 5 == 0:
                 cells.append(f"{res['compute_overhead']:.3f} ({res['recomputes']})"
                              if res["status"] == "ok" else "-")
         print(f"| {policy} | {min(ok) if ok else '-'} | " + " | ".join(cells) + " |")
+    # coop's in-place rule against DTR's at every ratio, not only the tabulated ones
+    worse, better = [], []
+    for r in ratios:
+        ours, dtrs = runs["coop", r], runs["coop-no-inplace", r]
+        done = (ours["status"] == "ok", dtrs["status"] == "ok")
+        if done == (False, True) or all(done) and ours["compute_overhead"] > \
+                dtrs["compute_overhead"]:
+            worse.append(f"{r:.2f}")
+        elif done == (True, False) or all(done) and ours["compute_overhead"] < \
+                dtrs["compute_overhead"]:
+            better.append(f"{r:.2f}")
+    print(f"coop against coop-no-inplace at each of the {len(ratios)} ratios: worse at "
+          f"{', '.join(worse) or 'none'}; better at {len(better)}; equal or both failed at "
+          f"{len(ratios) - len(worse) - len(better)}")
 
 
 if __name__ == "__main__":

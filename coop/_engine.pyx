@@ -653,7 +653,8 @@ cdef class Engine(Evictor):
         kept (OLD_NONE); a computed S gets a new version, as with DTR's rule, when it has a
         pending reader (a live op that read S) and recomputing the old value (S's producer's
         cost) costs more than copying it (size * copy_cost); else S is overwritten and its old
-        value V, a new storage with S's old producer, starts evicted (OLD_RECOMPUTE)."""
+        value V, a new storage with S's old producer, starts evicted (OLD_RECOMPUTE), in its
+        evicted neighbours' class as DTR's released copy would be."""
         cdef int m, s, w, p, mode
         cdef vector[int] neighbours
         cdef vector[int] live_readers
@@ -680,6 +681,11 @@ cdef class Engine(Evictor):
                     neighbours = self.op_in[p]
                 w = self._new_storage(self.size[s], p, self.index[s],
                                       self.arena.c_cost(self.slot[s]), neighbours, p >= 0)
+            if mode == OLD_RECOMPUTE:
+                # V is S's old value, evicted: it joins its evicted neighbours' class as an
+                # evicted copy would (DTR's rule), so what V's recompute needs counts in the c'
+                # of the resident storages next to it (S among them)
+                self.arena._on_evicted(self.slot[w])
             # recorded before the copy: an abort (the copy ran out of memory) forgets w
             self.cur_created.push_back(w)
             self.cur_mode.push_back(mode)
