@@ -49,6 +49,9 @@
                 "data-source": p[col.source], "data-to": p[col.to]}, pieces);
     if (begin === "recomputed" || begin === "moved")
       el("line", {class: "mark m-" + begin, x1: x, x2: x, y1: y, y2: y + h, "data-i": i}, marks);
+    if (p[col.source] >= 0)      // moved: a line from the middle of the old range to the new
+      el("line", {class: "link m-moved", x1: x, x2: x, y1: yOf(p[col.source], p[col.size]) + h / 2,
+                  y2: y + h / 2, "data-i": i}, marks);
     if (end === "evicted" || end === "moved")
       el("line", {class: "mark m-" + end, x1: x + w, x2: x + w, y1: y, y2: y + h, "data-i": i},
          marks);

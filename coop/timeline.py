@@ -348,6 +348,7 @@ cursor:pointer}
 .k-free{fill:#f1f1f1;background:#f1f1f1}
 .mark{stroke-width:2.5;vector-effect:non-scaling-stroke;pointer-events:none}
 .lane-mark{stroke:none}
+.link{stroke-width:1.5;stroke-opacity:.7;vector-effect:non-scaling-stroke;pointer-events:none}
 rect.m-evicted,rect.m-recomputed,rect.m-moved{fill:currentColor}
 .m-evicted{stroke:#d62728;background:#d62728;color:#d62728}
 .m-recomputed{stroke:#1a9e3f;background:#1a9e3f;color:#1a9e3f}
