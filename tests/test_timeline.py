@@ -330,6 +330,17 @@ def test_coop_replay_writes_one_timeline_per_policy(trace, tmp_path, capsys):
     assert f"timeline of dtr: {tmp_path / 'out-dtr.html'}" in capsys.readouterr().out
 
 
+def test_coop_replay_draws_a_moving_policy(move_trace, tmp_path):
+    out = tmp_path / "out.html"
+    assert coop_main(["replay", str(move_trace), "--budget", "3.5KiB", "--policy",
+                      "coop-move", "--timeline", str(out)]) == 0
+    data = page_data(out)
+    assert (data["figures"]["window_moves"], data["figures"]["bytes_moved"]) == (1, K)
+    col = data["columns"]
+    assert [(p[col.index("offset")], p[col.index("source")], p[col.index("to")])
+            for p in data["pieces"]] == [(p[0], p[6], p[7]) for p in MOVE_PIECES]
+
+
 # ---- in a browser -----------------------------------------------------------------------------
 
 def _chromium():
