@@ -155,7 +155,7 @@ class _Log:
                 old = self.open.pop(offset)
                 old["t1"], old["end"], old["to"], old["sid"] = t, "moved", dst, sid
                 piece = dict(old, offset=dst, size=size, t0=t, t1=None, begin="moved", end="",
-                             source=offset, to=-1, before=old)
+                             source=offset, to=-1, origin=old)
                 self.open[dst] = piece
                 self.pieces.append(piece)
                 new.append(piece)
@@ -163,7 +163,7 @@ class _Log:
                 piece = {"offset": offset, "size": -(-max(nbytes, 1) // self.align) * self.align,
                          "nbytes": nbytes, "t0": t, "t1": None, "kind": "transient",
                          "begin": "", "end": "", "op": "", "cost": 0.0, "sid": None,
-                         "source": -1, "to": -1, "before": None}
+                         "source": -1, "to": -1, "origin": None}
                 self.open[offset] = piece
                 self.pieces.append(piece)
                 new.append(piece)
@@ -184,10 +184,10 @@ class _Log:
         if any(p["t1"] is None for p in new):
             sid_at = {offset: sid for offset, _, free, sid in self.arena.pieces() if not free}
         for piece in new:
-            if piece["before"] is not None:      # moved here: the storage's piece, elsewhere
-                before_piece = piece["before"]
-                piece["kind"], piece["op"], piece["cost"] = (
-                    before_piece["kind"], before_piece["op"], before_piece["cost"])
+            origin = piece["origin"]
+            if origin is not None:               # moved here: the storage's piece, elsewhere
+                piece["kind"], piece["op"], piece["cost"] = (origin["kind"], origin["op"],
+                                                             origin["cost"])
                 self.resident[piece["sid"]] = piece
                 continue
             if piece["t1"] is None:
@@ -237,7 +237,7 @@ class _Log:
         for piece in self.open.values():
             piece["t1"] = self.time
         for piece in self.pieces:
-            del piece["sid"], piece["before"]
+            del piece["sid"], piece["origin"]
         return self.pieces
 
 
