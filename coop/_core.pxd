@@ -113,7 +113,7 @@ cdef class Arena:
     cdef double frag_sum                # sum over searches of free / capacity
     cdef double largest_ratio_sum       # sum over failures of largest free / free
     cdef readonly Evictor owner         # evicts for c_request when nothing fits; None: nobody
-    cdef bint logging                   # record c_allocate / c_free into alloc_log
+    cdef bint logging                   # record c_allocate / c_free / moves into alloc_log
     cdef vector[int64_t] alloc_log      # [offset, nbytes, offset, -1 (a free), ...] since start_log
     cdef public object managed_by       # None, or the backend whose arrays own the pieces: free() refuses
     cdef vector[int] placing_slots      # slots being placed by eviction loops now, innermost last
@@ -161,7 +161,7 @@ cdef class Arena:
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
     cdef void _choose_moving(self, size_t size, double now, vector[int]& victims) noexcept
     cdef int _do_moves(self, Evictor evictor) except -1
-    cdef int _relocate_all(self, Evictor evictor) except -1
+    cdef int _relocate_all(self, Evictor evictor, bint log) except -1
     cdef int _carve(self, size_t dst, size_t size, int64_t sid) except -1
     cdef void _rebind(self, int slot, int idx) noexcept
     cdef bint _plan(self, size_t lo, size_t end, vector[size_t]& outb, vector[int]& moved,

@@ -23,6 +23,7 @@ EXPENSIVE = PLACE_EXPENSIVE
 CHEAP = PLACE_CHEAP
 LOWEST = PLACE_LOWEST   # placement: first fit from the arena's low end (where constants go)
 NO_STORAGE = -1
+LOG_MOVE = -2   # take_log: the code of a move of coop's window, (old, LOG_MOVE, new, size, sid)
 POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")   # index == PolicyCode
 
 cdef size_t IDEAL_SPACE = (<size_t>1) << 62   # address space of an ideal arena
@@ -1020,7 +1021,9 @@ cdef class Arena:
         """Stop recording; the log since start_log as [offset, nbytes, offset, -1, ...]: an
         allocation's offset and byte count (the request's own count for allocate,
         allocate_or_evict, request and c_request; the rounded size for other C callers of
-        c_allocate / c_allocate_or_evict), or a free's offset and -1. [] if none was started."""
+        c_allocate / c_allocate_or_evict), a free's offset and -1, or a move of coop's window
+        as five: old offset, LOG_MOVE (-2), new offset, size, storage id. [] if none was
+        started."""
         out = self.alloc_log
         self.alloc_log.clear()
         self.logging = False
@@ -1136,14 +1139,16 @@ cdef class Arena:
         freed again), each moved storage is bound to its new piece, evictor.moved runs, and
         the old pieces still used are freed, in the plan's order."""
         cdef bint logging = self.logging
-        self.logging = False     # a move is no allocation of the caller's: the log skips it
+        # a move is no allocation of the caller's: the log has each one as a move, not as the
+        # destination's allocation and the source's free
+        self.logging = False
         try:
-            self._relocate_all(evictor)
+            self._relocate_all(evictor, logging)
         finally:
             self.logging = logging
         return 0
 
-    cdef int _relocate_all(self, Evictor evictor) except -1:
+    cdef int _relocate_all(self, Evictor evictor, bint log) except -1:
         cdef vector[int] slots = self.plan_moves
         cdef vector[size_t] dsts = self.plan_dst
         cdef vector[int] news
@@ -1160,6 +1165,12 @@ cdef class Arena:
             if evictor.move(self, slot, self.pieces_[old].offset, dsts[k]):
                 olds.push_back(self.pieces_[old].offset)
                 self._rebind(slot, news[k])
+                if log:      # (old, LOG_MOVE, new, size, sid): where the storage's bytes went
+                    self.alloc_log.push_back(<int64_t>olds.back())
+                    self.alloc_log.push_back(-2)                # LOG_MOVE
+                    self.alloc_log.push_back(<int64_t>dsts[k])
+                    self.alloc_log.push_back(<int64_t>size)
+                    self.alloc_log.push_back(self.storages[slot].sid)
                 self.moves += 1
                 self.bytes_moved += size
                 self.move_cost_sum = self.move_cost_sum + <double>size * self.move_rate

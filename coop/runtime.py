@@ -13,7 +13,7 @@ import warnings
 
 import numpy
 
-from coop._core import CHEAP, EXPENSIVE
+from coop._core import CHEAP, EXPENSIVE, LOG_MOVE
 from coop._engine import Engine
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
@@ -465,16 +465,23 @@ def _copy_cost(backend, spec):
 def _allocs(log):
     """A host kernel's allocation log ([offset, nbytes or -1, ...]) as docs/trace-format.md's
     `allocs` (bytes, or ~index for a free) and {offset: index} of those left at its end; frees
-    of memory allocated before (evicted storages) are not the kernel's."""
-    events, live, count = [], {}, 0
-    for k in range(0, len(log), 2):
+    of memory allocated before (evicted storages) and moves of coop's window are not the
+    kernel's."""
+    events, live, count, k = [], {}, 0, 0
+    while k < len(log):
         offset, nbytes = log[k], log[k + 1]
+        if nbytes == LOG_MOVE:       # (old, LOG_MOVE, new, size, sid): the piece is elsewhere
+            if offset in live:
+                live[log[k + 2]] = live.pop(offset)
+            k += 5
+            continue
         if nbytes >= 0:
             events.append(nbytes)
             live[offset] = count
             count += 1
         elif offset in live:
             events.append(~live.pop(offset))
+        k += 2
     return events, live
 
 

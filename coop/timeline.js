@@ -45,9 +45,13 @@
     const y = yOf(p[col.offset], p[col.size]), h = p[col.size] / cap * H;
     el("rect", {class: "piece k-" + kind, x: x, y: y, width: w, height: h, "data-i": i,
                 "data-offset": p[col.offset], "data-size": p[col.size], "data-kind": kind,
-                "data-begin": begin, "data-end": end, "data-op": data.ops[p[col.op]]}, pieces);
+                "data-begin": begin, "data-end": end, "data-op": data.ops[p[col.op]],
+                "data-source": p[col.source], "data-to": p[col.to]}, pieces);
     if (begin === "recomputed" || begin === "moved")
       el("line", {class: "mark m-" + begin, x1: x, x2: x, y1: y, y2: y + h, "data-i": i}, marks);
+    if (p[col.source] >= 0)      // moved: a line from the middle of the old range to the new
+      el("line", {class: "link m-moved", x1: x, x2: x, y1: yOf(p[col.source], p[col.size]) + h / 2,
+                  y2: y + h / 2, "data-i": i}, marks);
     if (end === "evicted" || end === "moved")
       el("line", {class: "mark m-" + end, x1: x + w, x2: x + w, y1: y, y2: y + h, "data-i": i},
          marks);
@@ -69,8 +73,11 @@
   // ---- hover -----------------------------------------------------------------------------------
   function describe(i) {
     const p = data.pieces[i];
-    const kind = data.kinds[p[col.kind]], begin = data.marks[p[col.begin]];
-    const end = data.marks[p[col.end]], op = data.ops[p[col.op]];
+    const kind = data.kinds[p[col.kind]], op = data.ops[p[col.op]];
+    const at = (n) => " offset " + n.toLocaleString("en-US");
+    let begin = data.marks[p[col.begin]], end = data.marks[p[col.end]];
+    if (p[col.source] >= 0) begin += " from" + at(p[col.source]);   // moved here from there
+    if (p[col.to] >= 0) end += " to" + at(p[col.to]);
     const lines = [(op || "(no op)") + " \u2014 " + kind,
       p[col.nbytes].toLocaleString("en-US") + " bytes (" + bytes(p[col.size]) +
         " in the arena) at offset " + p[col.offset].toLocaleString("en-US"),

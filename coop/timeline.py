@@ -6,7 +6,9 @@ marked, the tensor's op, size, cost and lifetime on hover, zoom and pan.
 The pieces come from the arena's allocation log (``Arena.start_log`` / ``take_log``), taken
 record by record while the replayer runs; after each record the engine says whose each new
 piece is (a constant, or a computed storage of its producer's class) and why each freed piece
-went (evicted, released, moved). ``write(trace, path, budget=...)`` draws a trace;
+went (evicted, released, moved). The log has each move of coop's window (policies that move)
+where it happened, so a moved piece is drawn at its old range up to the move and at its new
+one after. ``write(trace, path, budget=...)`` draws a trace;
 ``Runtime.timeline(path)`` draws a stretch of a live run (docs/trace-format.md#timelines).
 
 The page's script (coop/timeline.js) is plain JS over SVG, written here: the one plotting
@@ -21,7 +23,7 @@ import os
 import tempfile
 from importlib import resources
 
-from coop._core import EXPENSIVE, Arena
+from coop._core import EXPENSIVE, LOG_MOVE, Arena
 from coop._engine import Thrash
 from coop._replay import Replayer
 from coop.errors import OutOfMemoryError
@@ -40,11 +42,12 @@ MARKS = ("", "recomputed", "evicted", "released", "moved")
 
 class Timeline:
     """What a timeline draws: ``pieces`` as dicts (offset, size, nbytes, t0, t1, kind, begin,
-    end, op, cost); ``marks``, [record, recomputes, evictions, moves] of each record that made
-    any (the engine's and the arena's counters, so they add up to the figures even where a
-    piece lived and died within a record); ``figures`` (the run's metrics), ``capacity`` and
-    ``records``. Times are in records: record i's k-th of n log events happens at
-    i + (k + 1) / (n + 1)."""
+    end, op, cost, source: the offset a moved piece came from, to: the offset it moved to; -1
+    when it did not move); ``marks``, [record, recomputes, evictions, moves] of each record
+    that made any (the engine's and the arena's counters, so they add up to the figures even
+    where a piece lived and died within a record; moves are the engine's and the window's);
+    ``figures`` (the run's metrics), ``capacity`` and ``records``. Times are in records:
+    record i's k-th of n log events happens at i + (k + 1) / (n + 1)."""
 
     def __init__(self, pieces, marks, figures, capacity, records, title):
         self.pieces = pieces
@@ -59,12 +62,13 @@ class Timeline:
         names = sorted({p["op"] for p in self.pieces})
         index = {n: i for i, n in enumerate(names)}
         rows = [[p["offset"], p["size"], p["nbytes"], p["t0"], p["t1"], KINDS.index(p["kind"]),
-                 MARKS.index(p["begin"]), MARKS.index(p["end"]), index[p["op"]], p["cost"]]
+                 MARKS.index(p["begin"]), MARKS.index(p["end"]), index[p["op"]], p["cost"],
+                 p["source"], p["to"]]
                 for p in self.pieces]
         return {"title": self.title, "capacity": self.capacity, "records": self.records,
                 "figures": self.figures, "kinds": KINDS, "marks": MARKS, "ops": names,
                 "columns": ["offset", "size", "nbytes", "t0", "t1", "kind", "begin", "end", "op",
-                            "cost"],
+                            "cost", "source", "to"],
                 "pieces": rows, "counts": self.marks}
 
 
@@ -72,9 +76,6 @@ def collect(program, budget, policy="coop", alignment=None, thrash=None):
     """Replay program (a coop.trace Program) at budget bytes under policy, taking the arena's
     log record by record; returns a Timeline (its figures as coop.replay.replay's)."""
     from coop.replay import DEFAULT_ALIGNMENT, copy_cost
-    if get_policy(policy).move:
-        raise ValueError(f"a timeline cannot draw {policy!r} yet: the arena's log does not "
-                         "record the window's moves; draw 'coop' (the same policy without moves)")
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
     arena = Arena(int(budget), align, ideal=get_policy(policy).ideal)
     replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0,
@@ -94,7 +95,8 @@ def collect(program, budget, policy="coop", alignment=None, thrash=None):
         "policy": policy, "status": status, "budget_bytes": arena.capacity,
         "peak_used_bytes": stats["peak_used_bytes"], "evictions": stats["evictions"],
         "eager_evictions": counters["eager_evictions"], "recomputes": counters["recomputes"],
-        "moves": counters["moves"],
+        "moves": counters["moves"], "window_moves": stats["window_moves"],
+        "bytes_moved": stats["bytes_moved"],
         "compute_overhead": (counters["cost_total"] / program.cost_first
                              if program.cost_first else 1.0),
         "records": counters["records"], "alignment": align,
@@ -122,7 +124,7 @@ class _Log:
     def step(self, i, run):
         """Run record i (run: a callable) with the arena's log on."""
         ops = self.engine.counters()
-        evictions = self.arena.stats()["evictions"]
+        stats = self.arena.stats()
         self.arena.start_log()
         try:
             run()
@@ -130,26 +132,38 @@ class _Log:
             events = self.arena.take_log()
             self._settle(i, events, ops)
             after = self.engine.counters()
+            now = self.arena.stats()
             counts = [after["recomputes"] - ops["recomputes"],
-                      self.arena.stats()["evictions"] - evictions
+                      now["evictions"] - stats["evictions"]
                       + after["eager_evictions"] - ops["eager_evictions"],
-                      after["moves"] - ops["moves"]]
+                      after["moves"] - ops["moves"] + now["window_moves"] - stats["window_moves"]]
             if any(counts):
                 self.marks.append([i, *counts])
             self.time = i + 1      # a record that ran out of memory is drawn too
 
     def _settle(self, i, events, before):
         """Pieces from record i's log; then, from the engine, who owns each one placed and why
-        each one freed went."""
-        n = len(events) // 2
+        each one freed went. A move of coop's window ends its piece and begins one at the new
+        range, of the same storage."""
+        records = _records(events)
+        n = len(records)
         new, closed = [], []
-        for k in range(n):
-            offset, nbytes = events[2 * k], events[2 * k + 1]
+        for k, (offset, nbytes, *move) in enumerate(records):
             t = round(i + (k + 1) / (n + 1), 6)
-            if nbytes >= 0:
+            if nbytes == LOG_MOVE:
+                dst, size, sid = move
+                old = self.open.pop(offset)
+                old["t1"], old["end"], old["to"], old["sid"] = t, "moved", dst, sid
+                piece = dict(old, offset=dst, size=size, t0=t, t1=None, begin="moved", end="",
+                             source=offset, to=-1, origin=old)
+                self.open[dst] = piece
+                self.pieces.append(piece)
+                new.append(piece)
+            elif nbytes >= 0:
                 piece = {"offset": offset, "size": -(-max(nbytes, 1) // self.align) * self.align,
                          "nbytes": nbytes, "t0": t, "t1": None, "kind": "transient",
-                         "begin": "", "end": "", "op": "", "cost": 0.0, "sid": None}
+                         "begin": "", "end": "", "op": "", "cost": 0.0, "sid": None,
+                         "source": -1, "to": -1, "origin": None}
                 self.open[offset] = piece
                 self.pieces.append(piece)
                 new.append(piece)
@@ -166,12 +180,22 @@ class _Log:
         known = dict(self.owner)          # storages known before this record
         was = dict(self.resident)
         # who owns the pieces still open: the arena knows each piece's storage
-        placed = [p for p in new if p["t1"] is None]
         sid_at = {}
-        if placed:
+        if any(p["t1"] is None for p in new):
             sid_at = {offset: sid for offset, _, free, sid in self.arena.pieces() if not free}
-        for piece in placed:
-            sid = sid_at.get(piece["offset"], -1)
+        for piece in new:
+            origin = piece["origin"]
+            if origin is not None:               # moved here: the storage's piece, elsewhere
+                piece["kind"], piece["op"], piece["cost"] = (origin["kind"], origin["op"],
+                                                             origin["cost"])
+                self.resident[piece["sid"]] = piece
+                continue
+            if piece["t1"] is None:
+                sid = sid_at.get(piece["offset"], -1)
+            elif piece["sid"] is not None:       # placed, then moved by the window
+                sid = piece["sid"]
+            else:
+                continue                         # transient
             info = engine.info(sid) if sid >= 0 else None
             if info is None:
                 piece["kind"], piece["op"] = "constant", name   # an anonymous piece held on
@@ -181,7 +205,7 @@ class _Log:
             if owner is None or (first_run and producer is not None and owner[1] != producer):
                 owner = [name, producer]      # a new value (or a new producer: an in-place op)
             elif (old := was.get(sid)) is not None and old["t1"] is not None and moved:
-                piece["begin"] = "moved"
+                piece["begin"], piece["source"] = "moved", old["offset"]   # a constant settled
             elif old is None or old["t1"] is not None:
                 piece["begin"] = "recomputed"
             self.owner[sid] = owner
@@ -202,7 +226,7 @@ class _Log:
             if info is None or released:
                 piece["end"] = "released"
             elif moved and sid in self.resident:
-                piece["end"] = "moved"
+                piece["end"], piece["to"] = "moved", self.resident[sid]["offset"]
             else:
                 piece["end"] = "evicted"
         # storages whose records died this record
@@ -213,8 +237,19 @@ class _Log:
         for piece in self.open.values():
             piece["t1"] = self.time
         for piece in self.pieces:
-            del piece["sid"]
+            del piece["sid"], piece["origin"]
         return self.pieces
+
+
+def _records(log):
+    """The arena's log (Arena.take_log) as one tuple per event: (offset, nbytes) allocated,
+    (offset, -1) freed, (old offset, LOG_MOVE, new offset, size, storage id) moved."""
+    out, k = [], 0
+    while k < len(log):
+        width = 5 if log[k + 1] == LOG_MOVE else 2
+        out.append(tuple(log[k:k + width]))
+        k += width
+    return out
 
 
 def render(timeline):
@@ -225,7 +260,9 @@ def render(timeline):
                ("evictions", f"{f['evictions']:,}"),
                ("eager evictions", f"{f['eager_evictions']:,}"),
                ("recomputes", f"{f['recomputes']:,}"),
-               ("moves", f"{f['moves']:,}"), ("overhead", f"{f['compute_overhead']:.3f}"),
+               ("window moves", f"{f['window_moves']:,}"),
+               ("bytes moved", _bytes(f["bytes_moved"])), ("constant moves", f"{f['moves']:,}"),
+               ("overhead", f"{f['compute_overhead']:.3f}"),
                ("records", f"{f['records']:,}"), ("pieces", f"{len(timeline.pieces):,}")]
     header = "".join(f'<div class="figure" data-name="{html.escape(k)}"><span>{html.escape(k)}'
                      f'</span><b>{html.escape(str(v))}</b></div>' for k, v in figures)
@@ -311,6 +348,7 @@ cursor:pointer}
 .k-free{fill:#f1f1f1;background:#f1f1f1}
 .mark{stroke-width:2.5;vector-effect:non-scaling-stroke;pointer-events:none}
 .lane-mark{stroke:none}
+.link{stroke-width:1.5;stroke-opacity:.7;vector-effect:non-scaling-stroke;pointer-events:none}
 rect.m-evicted,rect.m-recomputed,rect.m-moved{fill:currentColor}
 .m-evicted{stroke:#d62728;background:#d62728;color:#d62728}
 .m-recomputed{stroke:#1a9e3f;background:#1a9e3f;color:#1a9e3f}

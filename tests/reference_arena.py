@@ -14,6 +14,7 @@ EXPENSIVE = 0
 CHEAP = 1
 LOWEST = 2
 NO_STORAGE = -1
+LOG_MOVE = -2  # take_log: (old offset, LOG_MOVE, new offset, size, storage id)
 POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")
 
 IDEAL_SPACE = 1 << 62  # bytes the pieces of an ideal arena tile
@@ -609,14 +610,14 @@ class ReferenceArena:
 
     def _do_moves(self, moves, move):
         """Take every destination, copy (move callback), rebind, then free the old pieces;
-        none of it is logged."""
+        the log has each move done as (old, LOG_MOVE, new, size, sid), nothing else."""
         log, self._log = self._log, None
         try:
-            self._relocate_all(moves, move)
+            self._relocate_all(moves, move, log)
         finally:
             self._log = log
 
-    def _relocate_all(self, moves, move):
+    def _relocate_all(self, moves, move, log):
         news = [self._carve(dst, self._piece_of(sid)[SIZE]) for sid, dst in moves]
         olds = []
         for (sid, dst), new in zip(moves, news):
@@ -628,6 +629,8 @@ class ReferenceArena:
             olds.append(old[OFFSET])
             old[STORAGE] = None
             new[STORAGE] = sid
+            if log is not None:
+                log += [old[OFFSET], LOG_MOVE, dst, old[SIZE], sid]
             self._moves += 1
             self._bytes_moved += old[SIZE]
             self._move_cost += old[SIZE] * self.move_cost_per_byte

@@ -8,6 +8,7 @@ import pytest
 
 import coop
 from coop import CHEAP, EXPENSIVE, NO_STORAGE
+from coop._core import LOG_MOVE
 from reference_arena import ReferenceArena
 from _arena import build, evictor, storages
 
@@ -264,6 +265,40 @@ def test_moves_need_their_own_destination(Arena):
     # (ties: the lowest address): w0 takes the 64 bytes at 576, w1 the 128 at 384
     assert plans["two destinations"] == {"victims": [], "moves": [(0, 576), (1, 384)],
                                          "cost": 2.0, "start": 0, "pieces": 5}
+
+
+def test_the_log_has_each_move_where_it_happens(Arena):
+    """The allocation log has each move of the window as (old offset, LOG_MOVE, new offset,
+    size, storage id), in the plan's order, before the request's own allocation: not as the
+    destination's allocation and the source's free. A refused move logs nothing."""
+    layout = [(64, "free"), (64, 0), (64, "free"), (64, 1), (64, "free"), (64, None),
+              (128, "free"), (64, None), (64, "free")]
+    arena = Arena(sum(nbytes for nbytes, _ in layout))
+    storages(arena, [1, 1])
+    arena.set_evictable(0, False)
+    arena.set_evictable(1, False)
+    build(arena, layout)
+    arena.move_cost = 1 / 64
+    seen = []
+    arena.start_log()
+    assert arena.allocate_or_evict(300, EXPENSIVE, "coop", 0, evictor(arena),
+                                   move=lambda *m: seen.append(m)) == 0
+    assert seen == [(0, 64, 576), (1, 192, 384)]
+    assert arena.take_log() == [64, LOG_MOVE, 576, 64, 0, 192, LOG_MOVE, 384, 64, 1, 0, 300]
+    assert (arena.stats()["window_moves"], arena.stats()["bytes_moved"]) == (2, 128)
+    arena.check()
+
+    arena = Arena(384)
+    storages(arena, [5])
+    arena.set_evictable(0, False)
+    build(arena, WALL)
+    arena.move_cost = 1.0
+    arena.start_log()
+    with pytest.raises(MemoryError):
+        arena.allocate_or_evict(192, EXPENSIVE, "coop", 0, evictor(arena),
+                                move=lambda sid, src, dst: False)
+    assert arena.take_log() == []
+    arena.check()
 
 
 def test_held_and_pinned_pieces_do_not_move(Arena):

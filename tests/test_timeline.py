@@ -14,6 +14,7 @@ import coop
 import coop.replay as R
 from coop import timeline
 from coop.__main__ import main as coop_main
+from coop._core import LOG_MOVE
 from coop._replay import Replayer
 from coop.optim import AdamW
 from coop.trace import load
@@ -21,9 +22,9 @@ from coop.trace import load
 K = 1024
 
 
-def call(name, inputs, out, cost, cls):
+def call(name, inputs, out, cost, cls, size=K):
     return {"op": "call", "name": name, "inputs": inputs, "cost": cost, "cls": cls,
-            "outputs": [{"id": out, "size": K, "alias": -1}]}
+            "outputs": [{"id": out, "size": size, "alias": -1}]}
 
 
 #: a program in 4 KiB: matmul's output is evicted for the second matmul and recomputed for
@@ -55,6 +56,35 @@ def trace(tmp_path):
     return path
 
 
+#: a program in 3.5 KiB where coop's window moves: weights (costly to recompute) sit on a wall
+#: between fill's freed KiB and 1.5 KiB free; grow's 2 KiB fit where weights moves up (coop-move,
+#: copying 1 KiB at 0.01 per byte) or where weights is evicted (coop, recomputing it for add)
+MOVE_RECORDS = [{"op": "meta", "alignment": 512, "copy_cost": 0.01},
+                call("fill", [], 1, 10.0, "expensive"),
+                call("weights", [], 2, 1e6, "expensive"),
+                {"op": "release", "id": 1},
+                call("grow", [], 3, 10.0, "cheap", 2 * K),
+                call("add", [2, 3], 4, 10.0, "cheap", 512),
+                {"op": "release", "id": 4}]
+MOVE_BUDGET = 3 * K + 512
+#: its whole log under coop-move: weights (storage 1) moves from 1 KiB to 2 KiB before grow's
+#: allocation, in record 3
+MOVE_LOG = [0, K, K, K, 0, -1, K, LOG_MOVE, 2 * K, K, 1, 0, 2 * K, 3 * K, 512, 3 * K, -1]
+#: its pieces: (offset, size, kind, begin, end, op, source, to); weights at both ranges
+MOVE_PIECES = [(0, K, "expensive", "", "released", "fill", -1, -1),
+               (K, K, "expensive", "", "moved", "weights", -1, 2 * K),
+               (2 * K, K, "expensive", "moved", "", "weights", K, -1),
+               (0, 2 * K, "cheap", "", "", "grow", -1, -1),
+               (3 * K, 512, "cheap", "", "released", "add", -1, -1)]
+
+
+@pytest.fixture
+def move_trace(tmp_path):
+    path = tmp_path / "move.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in MOVE_RECORDS))
+    return path
+
+
 def whole_log(path, budget, policy="coop"):
     """The arena's allocation log of one replay taken whole: [(offset, bytes)] allocated."""
     arena = coop.Arena(budget, 512)
@@ -62,8 +92,25 @@ def whole_log(path, budget, policy="coop"):
     arena.start_log()
     replayer.run()
     replayer.finish()
-    log = arena.take_log()
-    return [(log[k], log[k + 1]) for k in range(0, len(log), 2) if log[k + 1] >= 0]
+    return [(e[0], e[1]) for e in timeline._records(arena.take_log()) if e[1] >= 0]
+
+
+def replay_logged(path, budget, policy, log):
+    """Replay path record by record as a timeline does, with the arena's log on (log=True) or
+    off, checking the arena after each record; the arena, the replayer and the log."""
+    program = load(path)
+    arena = coop.Arena(budget, 512)
+    replayer = Replayer(program, arena, policy, 0.0, R.copy_cost(program))
+    events = []
+    for i in range(program.n_records):
+        if log:
+            arena.start_log()
+        replayer.run(i, i + 1)
+        events += arena.take_log()
+        arena.check()
+    replayer.finish()
+    arena.check()
+    return arena, replayer, events
 
 
 def page_data(path):
@@ -119,6 +166,70 @@ def test_the_page_is_self_contained(trace, tmp_path):
     assert len(data["pieces"]) == len(PIECES) and data["capacity"] == 4 * K
 
 
+def test_the_log_has_each_move_of_the_window_where_it_happens(move_trace):
+    """Under coop-move the log records weights' move (old, LOG_MOVE, new, size, storage) in the
+    record that made it, before grow's allocation; the moves and bytes in it are the arena's
+    counters; logging changes no decision."""
+    arena, replayer, log = replay_logged(move_trace, MOVE_BUDGET, "coop-move", True)
+    assert log == MOVE_LOG
+    moves = [e for e in timeline._records(log) if e[1] == LOG_MOVE]
+    stats = arena.stats()
+    assert (stats["window_moves"], stats["bytes_moved"]) == (len(moves), sum(m[3] for m in moves))
+    assert (stats["window_moves"], stats["evictions"]) == (1, 0)
+    assert arena.pieces()[:2] == [(0, 2 * K, False, 0), (2 * K, K, False, 1)]
+    unlogged, unlogged_replayer, nothing = replay_logged(move_trace, MOVE_BUDGET, "coop-move",
+                                                         False)
+    assert nothing == []
+    assert unlogged_replayer.counters() == replayer.counters()
+    assert {k: v for k, v in unlogged.stats().items() if k != "search_time"} == \
+        {k: v for k, v in stats.items() if k != "search_time"}
+    assert arena.pieces() == unlogged.pieces()
+
+
+def test_a_moved_piece_is_drawn_at_both_ranges(move_trace, tmp_path):
+    """weights is drawn at 1 KiB up to its move (record 3, the first of its two log events)
+    and at 2 KiB after, each end marked moved with where it went or came from; coop, without
+    moves, evicts it instead. The figures are the replay's."""
+    tl = timeline.write(move_trace, tmp_path / "t.html", budget=MOVE_BUDGET, policy="coop-move")
+    got = [(p["offset"], p["size"], p["kind"], p["begin"], p["end"], p["op"], p["source"],
+            p["to"]) for p in tl.pieces]
+    assert got == MOVE_PIECES
+    assert tl.pieces[1]["t1"] == tl.pieces[2]["t0"] == 3.333333
+    assert tl.pieces[2]["t1"] == tl.records == 7
+    assert tl.marks == [[3, 0, 0, 1]]           # [record, recomputes, evictions, moves]
+    result = R.replay(move_trace, budget=MOVE_BUDGET, policy="coop-move", thrash=None)
+    for key in ("window_moves", "bytes_moved", "evictions", "recomputes", "compute_overhead",
+                "peak_used_bytes", "status"):
+        assert tl.figures[key] == result[key], key
+    assert (tl.figures["window_moves"], tl.figures["bytes_moved"]) == (1, K)
+    data = page_data(tmp_path / "t.html")
+    col = data["columns"]
+    moved = [[p[col.index(c)] for c in ("offset", "begin", "end", "source", "to")]
+             for p in data["pieces"] if data["marks"][p[col.index("begin")]] == "moved"
+             or data["marks"][p[col.index("end")]] == "moved"]
+    assert moved == [[K, 0, 4, -1, 2 * K], [2 * K, 4, 0, K, -1]]
+    text = (tmp_path / "t.html").read_text(encoding="utf-8")
+    assert '<div class="figure" data-name="window moves"><span>window moves</span><b>1</b>' in text
+    assert '<div class="figure" data-name="bytes moved"><span>bytes moved</span><b>1.00 KiB</b>' \
+        in text
+
+    coop_tl = timeline.write(move_trace, tmp_path / "c.html", budget=MOVE_BUDGET, policy="coop")
+    assert (coop_tl.figures["window_moves"], coop_tl.figures["evictions"]) == (0, 1)
+    assert [p["end"] for p in coop_tl.pieces if p["op"] == "weights"][0] == "evicted"
+
+
+def pieces_overlap(data):
+    """Pairs of drawn pieces that share an address at one time (none may)."""
+    col = {c: i for i, c in enumerate(data["columns"])}
+    p = np.array([[r[col["offset"]], r[col["size"]], r[col["t0"]], r[col["t1"]]]
+                  for r in data["pieces"]], dtype=float)
+    lo, hi, t0, t1 = p[:, 0], p[:, 0] + p[:, 1], p[:, 2], p[:, 3]
+    both = ((lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None])
+            & (t0[:, None] < t1[None, :]) & (t0[None, :] < t1[:, None]))
+    np.fill_diagonal(both, False)
+    return np.argwhere(both).tolist()
+
+
 def train(rt, steps):
     x, targets, params = deep_mlp(rt, depth=24, width=16, batch=128)
     opt = AdamW(params, lr=1e-2)
@@ -148,11 +259,55 @@ def test_a_runtime_draws_the_rest_of_its_run(tmp_path):
     assert delta["evictions"] > 0 and delta["recomputes"] > 0 and delta["moves"] > 0
     assert {k: data["figures"][k] for k in delta} == delta
     sums = np.array([m[1:] for m in data["counts"]]).sum(axis=0).tolist()
-    assert sums == [delta["recomputes"], delta["evictions"] + delta["eager_evictions"],
-                    delta["moves"]]
+    moves = delta["moves"] + data["figures"]["window_moves"]
+    assert sums == [delta["recomputes"], delta["evictions"] + delta["eager_evictions"], moves]
     col = data["columns"]
     moved = sum(p[col.index("begin")] == timeline.MARKS.index("moved") for p in data["pieces"])
-    assert moved == delta["moves"]
+    assert moved == moves
+    assert pieces_overlap(data) == []
+
+
+def test_a_runtime_with_a_moving_policy_draws_its_moves(tmp_path):
+    """rt.timeline under coop-move: the page's figures are the run's over the window, window
+    moves and bytes moved included; each window move is a piece ending where the next of its
+    storage begins, the ranges the arena moved it between; no two pieces overlap."""
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="a100-80gb")
+    for _ in train(rt, 3):
+        pass
+    peak = rt.stats()["peak_used_bytes"]
+    rt = coop.Runtime(coop.numpy_allocator(int(0.75 * peak)), policy="coop-move",
+                      cost="a100-80gb")
+    steps = train(rt, 3)
+    next(steps)
+    before = rt.stats()
+    with rt.timeline(tmp_path / "run.html"):
+        for _ in steps:
+            pass
+    rt.arena.check()
+    after = rt.stats()
+    data = page_data(tmp_path / "run.html")
+    keys = ("evictions", "eager_evictions", "recomputes", "moves", "window_moves", "bytes_moved")
+    delta = {k: after[k] - before[k] for k in keys}
+    assert delta["window_moves"] > 0 and delta["bytes_moved"] > 0
+    assert {k: data["figures"][k] for k in keys} == delta
+    col = {c: i for i, c in enumerate(data["columns"])}
+    rows = data["pieces"]
+    # each piece that moved, and the one its bytes went to, in the same record: a window move
+    # at one time (the log's move), the engine's copy of a constant from its allocation on
+    pairs = [(r, s) for r in rows if r[col["to"]] >= 0 for s in rows
+             if s[col["source"]] == r[col["offset"]] and s[col["offset"]] == r[col["to"]]
+             and int(s[col["t0"]]) == int(r[col["t1"]]) and s[col["t0"]] <= r[col["t1"]]]
+    ends = sum(r[col["end"]] == timeline.MARKS.index("moved") for r in rows)
+    assert len(pairs) == ends == delta["moves"] + delta["window_moves"]
+    window = [(r, s) for r, s in pairs if s[col["t0"]] == r[col["t1"]]]
+    assert len(window) == delta["window_moves"]
+    assert sum(r[col["size"]] for r, _ in window) == delta["bytes_moved"]
+    assert all(r[col["size"]] == s[col["size"]] for r, s in pairs)
+    assert all(r[col["op"]] == s[col["op"]] and r[col["kind"]] == s[col["kind"]]
+               for r, s in window)
+    sums = np.array([m[1:] for m in data["counts"]]).sum(axis=0).tolist()
+    assert sums[2] == delta["moves"] + delta["window_moves"]
+    assert pieces_overlap(data) == []
 
 
 def test_a_runtime_that_records_already_cannot_draw(tmp_path, rt):
@@ -173,6 +328,17 @@ def test_coop_replay_writes_one_timeline_per_policy(trace, tmp_path, capsys):
         assert data["figures"]["policy"] == policy
         assert [(p[0], p[2]) for p in data["pieces"]] == whole_log(trace, 4 * K, policy)
     assert f"timeline of dtr: {tmp_path / 'out-dtr.html'}" in capsys.readouterr().out
+
+
+def test_coop_replay_draws_a_moving_policy(move_trace, tmp_path):
+    out = tmp_path / "out.html"
+    assert coop_main(["replay", str(move_trace), "--budget", "3.5KiB", "--policy",
+                      "coop-move", "--timeline", str(out)]) == 0
+    data = page_data(out)
+    assert (data["figures"]["window_moves"], data["figures"]["bytes_moved"]) == (1, K)
+    col = data["columns"]
+    assert [(p[col.index("offset")], p[col.index("source")], p[col.index("to")])
+            for p in data["pieces"]] == [(p[0], p[6], p[7]) for p in MOVE_PIECES]
 
 
 # ---- in a browser -----------------------------------------------------------------------------
@@ -250,3 +416,62 @@ def test_the_browser_draws_the_pieces_hovers_and_zooms(browser, trace, tmp_path)
     shot = tmp_path / "timeline.png"
     assert browser.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_the_browser_draws_a_moved_piece_at_both_ranges(browser, move_trace, tmp_path):
+    """weights' two rects, at 1 KiB then 2 KiB, meet at the move, each marked moved; their
+    tooltips say from where to where; the figures count the move and its bytes."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    page = tmp_path / "t.html"
+    timeline.write(move_trace, page, budget=MOVE_BUDGET, policy="coop-move")
+    browser.get(page.as_uri())
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
+    drawn = browser.execute_script(
+        "return [...document.querySelectorAll('#view rect.piece')].map(r => ["
+        "+r.dataset.offset, +r.dataset.size, r.dataset.kind, r.dataset.begin, r.dataset.end,"
+        " r.dataset.op, +r.dataset.source, +r.dataset.to])")
+    assert [tuple(d) for d in drawn] == MOVE_PIECES
+    rects = browser.execute_script(
+        "return [1, 2].map(i => document.querySelector(`#view rect.piece[data-i='${i}']`))"
+        ".map(r => [+r.getAttribute('x'), +r.getAttribute('width'), +r.getAttribute('y'),"
+        " +r.getAttribute('height')])")
+    (x1, w1, y1, h1), (x2, w2, y2, h2) = rects
+    assert (x1, x1 + w1, x2) == pytest.approx((1.5, 10 / 3, 10 / 3), abs=1e-6)
+    # address up, 1000 units from the top of 3.5 KiB: [1, 2) KiB, then [2, 3) KiB
+    assert (y1, y2, h1, h2) == pytest.approx((1.5 / 3.5 * 1000, 0.5 / 3.5 * 1000,
+                                              1000 / 3.5, 1000 / 3.5))
+    marks = browser.execute_script(
+        "return [...document.querySelectorAll('#view line.mark')]"
+        ".map(l => [l.getAttribute('class'), +l.dataset.i, +l.getAttribute('x1')])")
+    assert [(c, i) for c, i, _ in marks] == [("mark m-moved", 1), ("mark m-moved", 2)]
+    assert [x for *_, x in marks] == pytest.approx([10 / 3] * 2, abs=1e-6)
+    # and a line at the move from the old range's middle to the new one's
+    link = browser.execute_script(
+        "const l = document.querySelector('#view line.link');"
+        "return [l.getAttribute('class'), +l.dataset.i, +l.getAttribute('x1'),"
+        " +l.getAttribute('y1'), +l.getAttribute('y2')]")
+    assert link[:2] == ["link m-moved", 2]
+    assert link[2:] == pytest.approx([10 / 3, y1 + h1 / 2, y2 + h2 / 2], abs=1e-6)
+    lane = browser.execute_script(
+        "return [...document.querySelectorAll('#lane rect.lane-mark')]"
+        ".map(r => [r.dataset.mark, +r.dataset.record, +r.dataset.count])")
+    assert lane == [["moved", 3, 1]]
+    for name, text in (("window moves", "1"), ("bytes moved", "1.00 KiB"),
+                       ("evictions", "0")):
+        assert browser.find_element(
+            By.CSS_SELECTOR, f'#figures [data-name="{name}"] b').text == text
+
+    tip = browser.find_element(By.ID, "tooltip")
+    lines = {}
+    for i in (1, 2):
+        piece = browser.find_element(By.CSS_SELECTOR, f'#view rect.piece[data-i="{i}"]')
+        ActionChains(browser).move_to_element(piece).perform()
+        assert tip.is_displayed()
+        lines[i] = tip.get_attribute("textContent").split("\n")
+    assert lines[1] == ["weights \u2014 expensive",
+                        "1,024 bytes (1.00 KiB in the arena) at offset 1,024",
+                        "cost 1.000 ms", "records 1.50 \u2192 3.33, then moved to offset 2,048"]
+    assert lines[2] == ["weights \u2014 expensive",
+                        "1,024 bytes (1.00 KiB in the arena) at offset 2,048", "cost 1.000 ms",
+                        "records 3.33 \u2192 7.00, moved from offset 1,024, alive at the end"]
