@@ -421,16 +421,21 @@ cdef class Engine(Evictor):
             self.arena.c_set_evictable(slot, False)
             self.arena.c_pin(slot, -self.arena.c_pins(slot))
         logging = self.arena.logging
-        self.arena.logging = False           # a reservation is no allocation of the kernel's
         try:
             for req in need:
                 off = self.arena.c_allocate_or_evict(req, self.placement_of[o], self.policy_code,
                                                      self.now, -1, self, self.policy_name)
                 taken.push_back(off)
+                if logging:
+                    # the arena's log keeps the evictions and moves, not the reservation: it
+                    # is no allocation of the kernel's (its last entry: offset, size)
+                    self.arena.alloc_log.pop_back()
+                    self.arena.alloc_log.pop_back()
             found = True
         except OutOfMemoryError:
             pass
         finally:
+            self.arena.logging = False
             for off in taken:
                 self.arena.c_free(<size_t>off)
             self.arena.logging = logging

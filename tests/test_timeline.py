@@ -57,7 +57,7 @@ def trace(tmp_path):
 
 
 #: a program in 3.5 KiB where coop's window moves: weights (costly to recompute) sit on a wall
-#: between fill's freed KiB and 1.5 KiB free; grow's 2 KiB fit where weights moves up (coop-move,
+#: between fill's freed KiB and 1.5 KiB free; grow's 2 KiB fit where weights moves up (coop,
 #: copying 1 KiB at 0.01 per byte) or where weights is evicted (coop, recomputing it for add)
 MOVE_RECORDS = [{"op": "meta", "alignment": 512, "copy_cost": 0.01},
                 call("fill", [], 1, 10.0, "expensive"),
@@ -67,7 +67,7 @@ MOVE_RECORDS = [{"op": "meta", "alignment": 512, "copy_cost": 0.01},
                 call("add", [2, 3], 4, 10.0, "cheap", 512),
                 {"op": "release", "id": 4}]
 MOVE_BUDGET = 3 * K + 512
-#: its whole log under coop-move: weights (storage 1) moves from 1 KiB to 2 KiB before grow's
+#: its whole log under coop: weights (storage 1) moves from 1 KiB to 2 KiB before grow's
 #: allocation, in record 3
 MOVE_LOG = [0, K, K, K, 0, -1, K, LOG_MOVE, 2 * K, K, 1, 0, 2 * K, 3 * K, 512, 3 * K, -1]
 #: its pieces: (offset, size, kind, begin, end, op, source, to); weights at both ranges
@@ -85,7 +85,7 @@ def move_trace(tmp_path):
     return path
 
 
-def whole_log(path, budget, policy="coop"):
+def whole_log(path, budget, policy="coop-no-move"):
     """The arena's allocation log of one replay taken whole: [(offset, bytes)] allocated."""
     arena = coop.Arena(budget, 512)
     replayer = Replayer(load(path), arena, policy)
@@ -167,17 +167,17 @@ def test_the_page_is_self_contained(trace, tmp_path):
 
 
 def test_the_log_has_each_move_of_the_window_where_it_happens(move_trace):
-    """Under coop-move the log records weights' move (old, LOG_MOVE, new, size, storage) in the
+    """Under coop the log records weights' move (old, LOG_MOVE, new, size, storage) in the
     record that made it, before grow's allocation; the moves and bytes in it are the arena's
     counters; logging changes no decision."""
-    arena, replayer, log = replay_logged(move_trace, MOVE_BUDGET, "coop-move", True)
+    arena, replayer, log = replay_logged(move_trace, MOVE_BUDGET, "coop", True)
     assert log == MOVE_LOG
     moves = [e for e in timeline._records(log) if e[1] == LOG_MOVE]
     stats = arena.stats()
     assert (stats["window_moves"], stats["bytes_moved"]) == (len(moves), sum(m[3] for m in moves))
     assert (stats["window_moves"], stats["evictions"]) == (1, 0)
     assert arena.pieces()[:2] == [(0, 2 * K, False, 0), (2 * K, K, False, 1)]
-    unlogged, unlogged_replayer, nothing = replay_logged(move_trace, MOVE_BUDGET, "coop-move",
+    unlogged, unlogged_replayer, nothing = replay_logged(move_trace, MOVE_BUDGET, "coop",
                                                          False)
     assert nothing == []
     assert unlogged_replayer.counters() == replayer.counters()
@@ -190,14 +190,14 @@ def test_a_moved_piece_is_drawn_at_both_ranges(move_trace, tmp_path):
     """weights is drawn at 1 KiB up to its move (record 3, the first of its two log events)
     and at 2 KiB after, each end marked moved with where it went or came from; coop, without
     moves, evicts it instead. The figures are the replay's."""
-    tl = timeline.write(move_trace, tmp_path / "t.html", budget=MOVE_BUDGET, policy="coop-move")
+    tl = timeline.write(move_trace, tmp_path / "t.html", budget=MOVE_BUDGET, policy="coop")
     got = [(p["offset"], p["size"], p["kind"], p["begin"], p["end"], p["op"], p["source"],
             p["to"]) for p in tl.pieces]
     assert got == MOVE_PIECES
     assert tl.pieces[1]["t1"] == tl.pieces[2]["t0"] == 3.333333
     assert tl.pieces[2]["t1"] == tl.records == 7
     assert tl.marks == [[3, 0, 0, 1]]           # [record, recomputes, evictions, moves]
-    result = R.replay(move_trace, budget=MOVE_BUDGET, policy="coop-move", thrash=None)
+    result = R.replay(move_trace, budget=MOVE_BUDGET, policy="coop", thrash=None)
     for key in ("window_moves", "bytes_moved", "evictions", "recomputes", "compute_overhead",
                 "peak_used_bytes", "status"):
         assert tl.figures[key] == result[key], key
@@ -213,7 +213,7 @@ def test_a_moved_piece_is_drawn_at_both_ranges(move_trace, tmp_path):
     assert '<div class="figure" data-name="bytes moved"><span>bytes moved</span><b>1.00 KiB</b>' \
         in text
 
-    coop_tl = timeline.write(move_trace, tmp_path / "c.html", budget=MOVE_BUDGET, policy="coop")
+    coop_tl = timeline.write(move_trace, tmp_path / "c.html", budget=MOVE_BUDGET, policy="coop-no-move")
     assert (coop_tl.figures["window_moves"], coop_tl.figures["evictions"]) == (0, 1)
     assert [p["end"] for p in coop_tl.pieces if p["op"] == "weights"][0] == "evicted"
 
@@ -268,14 +268,14 @@ def test_a_runtime_draws_the_rest_of_its_run(tmp_path):
 
 
 def test_a_runtime_with_a_moving_policy_draws_its_moves(tmp_path):
-    """rt.timeline under coop-move: the page's figures are the run's over the window, window
+    """rt.timeline under coop: the page's figures are the run's over the window, window
     moves and bytes moved included; each window move is a piece ending where the next of its
     storage begins, the ranges the arena moved it between; no two pieces overlap."""
     rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="a100-80gb")
     for _ in train(rt, 3):
         pass
     peak = rt.stats()["peak_used_bytes"]
-    rt = coop.Runtime(coop.numpy_allocator(int(0.75 * peak)), policy="coop-move",
+    rt = coop.Runtime(coop.numpy_allocator(int(0.75 * peak)), policy="coop",
                       cost="a100-80gb")
     steps = train(rt, 3)
     next(steps)
@@ -333,7 +333,7 @@ def test_coop_replay_writes_one_timeline_per_policy(trace, tmp_path, capsys):
 def test_coop_replay_draws_a_moving_policy(move_trace, tmp_path):
     out = tmp_path / "out.html"
     assert coop_main(["replay", str(move_trace), "--budget", "3.5KiB", "--policy",
-                      "coop-move", "--timeline", str(out)]) == 0
+                      "coop", "--timeline", str(out)]) == 0
     data = page_data(out)
     assert (data["figures"]["window_moves"], data["figures"]["bytes_moved"]) == (1, K)
     col = data["columns"]
@@ -424,7 +424,7 @@ def test_the_browser_draws_a_moved_piece_at_both_ranges(browser, move_trace, tmp
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     page = tmp_path / "t.html"
-    timeline.write(move_trace, page, budget=MOVE_BUDGET, policy="coop-move")
+    timeline.write(move_trace, page, budget=MOVE_BUDGET, policy="coop")
     browser.get(page.as_uri())
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
     drawn = browser.execute_script(

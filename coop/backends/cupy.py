@@ -63,6 +63,14 @@ class CupyOutOfMemoryError(_CupyOOM, OutOfMemoryError):
     def __reduce__(self):
         return (type(self), (str(self), self.request, self.budget, self.free, self.largest_free))
 
+    @classmethod
+    def of(cls, err):
+        """coop's OutOfMemoryError err as one CuPy callers catch too (every figure kept)."""
+        out = cls(str(err), err.request, err.budget, err.free, err.largest_free)
+        out.pinned_bytes, out.wall_bytes, out.largest_window = (
+            err.pinned_bytes, err.wall_bytes, err.largest_window)
+        return out
+
 
 # ---- the driver, in one place (base= pools call none of these; tests replace them) ----------
 
@@ -398,8 +406,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
             try:
                 pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
             except OutOfMemoryError as err:
-                raise CupyOutOfMemoryError(str(err), err.request, err.budget, err.free,
-                                           err.largest_free) from None
+                raise CupyOutOfMemoryError.of(err) from None
         if key is not None and (key != home.stream_key or home.order is not None):
             self._order(home, key, stream)   # before the caller can enqueue work on it
         return pointer
