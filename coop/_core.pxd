@@ -160,6 +160,11 @@ cdef class Arena:
     cdef void _choose(self, size_t size, int policy, double now, vector[int]& victims) noexcept
     cdef void _choose_window(self, size_t size, double now, vector[int]& victims) noexcept
     cdef void _choose_moving(self, size_t size, double now, vector[int]& victims) noexcept
+    cdef size_t _fill_scan(self, double now, bint pieces) noexcept
+    cdef void _scan_evict(self, size_t size, size_t total, size_t* best_lo, size_t* best_end,
+                          double* best_cost, double* best_sum) noexcept
+    cdef void _take_window(self, size_t best_lo, size_t best_end, double best_cost,
+                           vector[int]& victims) noexcept
     cdef int _do_moves(self, Evictor evictor) except -1
     cdef int _relocate_all(self, Evictor evictor, bint log) except -1
     cdef int _carve(self, size_t dst, size_t size, int64_t sid) except -1

@@ -501,18 +501,32 @@ cdef class Arena:
         cost of docs/core.md: both restart at a blocker only, so they are the reference's sums
         bit for bit.
         """
+        cdef size_t total = self._fill_scan(now, False)
+        cdef size_t best_lo, best_end
+        cdef double best_cost, best_sum
+        self._scan_evict(size, total, &best_lo, &best_end, &best_cost, &best_sum)
+        if best_end != 0:
+            self._take_window(best_lo, best_end, best_cost, victims)
+
+    cdef size_t _fill_scan(self, double now, bint pieces) noexcept:
+        """Sweep the blocks into the flat scratch arrays, address order: h = c' / staleness (in
+        a branch-free loop the compiler vectorises), sizes, flags and, with pieces, the piece
+        indices. Returns the number of pieces."""
         cdef size_t total = <size_t>self.n_pieces
         if self.scan_h.size() < total:
             self.scan_h.resize(total)
             self.scan_size.resize(total)
             self.scan_flags.resize(total)
+        if pieces and self.scan_piece.size() < total:
+            self.scan_piece.resize(total)
         cdef double* hs = self.scan_h.data()
         cdef size_t* ss = self.scan_size.data()
         cdef unsigned char* fs = self.scan_flags.data()
+        cdef int* ps = self.scan_piece.data()
         cdef Block* blk
         cdef int b = self.first_block, k
-        cdef size_t base = 0, j, lo = 0, best_lo = 0, best_end = 0, covered = 0
-        cdef double s, cost, p_left = 0.0, p_right = 0.0, best_cost = INFINITY
+        cdef size_t base = 0
+        cdef double s
         while b >= 0:
             blk = &self.blocks[b]
             for k in range(blk.count):
@@ -521,8 +535,26 @@ cdef class Arena:
                 hs[base + k] = blk.cprime[k] / s    # free pieces mirror c' = 0
             memcpy(&ss[base], blk.size, blk.count * sizeof(size_t))
             memcpy(&fs[base], blk.flags, blk.count)
+            if pieces:
+                memcpy(&ps[base], blk.piece, blk.count * sizeof(int))
             base += blk.count
             b = blk.next
+        return total
+
+    cdef void _scan_evict(self, size_t size, size_t total, size_t* best_lo, size_t* best_end,
+                          double* best_cost, double* best_sum) noexcept:
+        """The evict-only two-pointer scan over the scratch arrays (_choose_window's docstring):
+        the cheapest window [best_lo, best_end) (best_end 0: none), its cost (running sums)
+        and the running sum p_right at it (what bounds the sums' rounding)."""
+        cdef double* hs = self.scan_h.data()
+        cdef size_t* ss = self.scan_size.data()
+        cdef unsigned char* fs = self.scan_flags.data()
+        cdef size_t j, lo = 0, covered = 0
+        cdef double cost, p_left = 0.0, p_right = 0.0
+        best_lo[0] = 0
+        best_end[0] = 0
+        best_cost[0] = INFINITY
+        best_sum[0] = 0.0
         for j in range(total):
             if not (fs[j] & (W_FREE | W_CANDIDATE)):     # a wall (movable or not: no moves here)
                 p_left = 0.0
@@ -536,20 +568,24 @@ cdef class Arena:
                 cost = p_right - p_left
                 # the first window counts even when its cost is not a number (costs so large
                 # their sums overflow: inf - inf), as the reference's
-                if cost < best_cost or best_end == 0:
-                    best_cost = cost
-                    best_lo = lo
-                    best_end = j + 1
+                if cost < best_cost[0] or best_end[0] == 0:
+                    best_cost[0] = cost
+                    best_lo[0] = lo
+                    best_end[0] = j + 1
+                    best_sum[0] = p_right
                 p_left = p_left + hs[lo]
                 covered -= ss[lo]
                 lo += 1
-        if best_end == 0:
-            return
+
+    cdef void _take_window(self, size_t best_lo, size_t best_end, double best_cost,
+                           vector[int]& victims) noexcept:
+        """Make scan entries [best_lo, best_end) the plan: its cost, length, start and victims
+        (its candidates, found again in the blocks)."""
+        cdef int b = self.first_block, k
+        cdef size_t base = 0, j
+        cdef Block* blk
         self.plan_cost = best_cost
         self.plan_len = <Py_ssize_t>(best_end - best_lo)
-        # the victims: the window's candidates, found again in the blocks
-        b = self.first_block
-        base = 0
         while base + <size_t>self.blocks[b].count <= best_lo:
             base += self.blocks[b].count
             b = self.blocks[b].next
@@ -575,36 +611,18 @@ cdef class Arena:
         feasible as the window grows, so that window is the best from its start. Plans are
         evaluated only where the lower bound can beat the best so far.
         """
-        cdef size_t total = <size_t>self.n_pieces
-        if self.scan_h.size() < total:
-            self.scan_h.resize(total)
-            self.scan_size.resize(total)
-            self.scan_flags.resize(total)
+        cdef size_t total = self._fill_scan(now, True)
         self.scan_v.resize(total)
-        self.scan_piece.resize(total)
         self.scan_bins.clear()
         cdef double* hs = self.scan_h.data()
         cdef double* vs = self.scan_v.data()
         cdef size_t* ss = self.scan_size.data()
         cdef unsigned char* fs = self.scan_flags.data()
         cdef int* ps = self.scan_piece.data()
-        cdef Block* blk
-        cdef int b = self.first_block, k
-        cdef size_t base = 0, j, lo = 0, best_lo = 0, best_end = 0, covered = 0, i
-        cdef double s, m, cost, lb, rate = self.move_rate
+        cdef size_t j, lo = 0, best_lo = 0, best_end = 0, covered = 0, i
+        cdef double m, cost, lb, rate = self.move_rate
         cdef double p_left = 0.0, p_right = 0.0, best_cost = INFINITY
         cdef unsigned char f
-        while b >= 0:
-            blk = &self.blocks[b]
-            for k in range(blk.count):
-                s = now - blk.last_access[k]
-                s = s if s > 1.0 else 1.0
-                hs[base + k] = blk.cprime[k] / s
-                ss[base + k] = blk.size[k]
-                fs[base + k] = blk.flags[k]
-                ps[base + k] = blk.piece[k]
-            base += blk.count
-            b = blk.next
         self.scan_nfree.resize(total + 1)
         self.scan_nmand.resize(total + 1)
         self.scan_nopt.resize(total + 1)
@@ -633,28 +651,16 @@ cdef class Arena:
                     vs[j] = hs[j]
             else:
                 vs[j] = hs[j]
-        sort(self.scan_bins.begin(), self.scan_bins.end())   # largest first, then lowest address
         # an upper bound: the cheapest window that only evicts (_choose_window's scan), so that
         # windows that cannot beat it are skipped before the best so far is known
-        cdef double ub = INFINITY
-        for j in range(total):
-            if not (fs[j] & (W_FREE | W_CANDIDATE)):
-                p_left = 0.0
-                p_right = 0.0
-                covered = 0
-                lo = j + 1
-                continue
-            p_right = p_right + hs[j]
-            covered += ss[j]
-            while covered >= size:
-                # above the exact sum (see lb below)
-                if p_right - p_left + p_right * 1e-10 < ub:
-                    ub = p_right - p_left + p_right * 1e-10
-                p_left = p_left + hs[lo]
-                covered -= ss[lo]
-                lo += 1
+        cdef size_t ev_lo, ev_end
+        cdef double ev_cost, ev_sum
+        self._scan_evict(size, total, &ev_lo, &ev_end, &ev_cost, &ev_sum)
+        # above the exact sum (see lb below)
+        cdef double ub = ev_cost + ev_sum * 1e-10 if ev_end != 0 else INFINITY
         if ub != ub:
             ub = INFINITY
+        sort(self.scan_bins.begin(), self.scan_bins.end())   # largest first, then lowest address
         p_left = 0.0
         p_right = 0.0
         covered = 0
