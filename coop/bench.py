@@ -32,8 +32,8 @@ from coop.models.paper import PAPER_MODELS, record_trace
 from coop.errors import UsageError
 from coop.policies import POLICIES
 
-DEFAULT_POLICIES = ("coop", "dtr", "dte", "lru", "dtr-ideal", "coop-no-partition",
-                    "coop-no-inplace", "coop-loop")
+DEFAULT_POLICIES = ("coop", "dtr", "dte", "lru", "dtr-ideal", "coop-no-move",
+                    "coop-no-partition", "coop-no-inplace", "coop-loop")
 #: batch size of every model under --quick (the test suite's setting)
 QUICK_BATCH = 2
 #: ratios reported in the tables (and always swept when above a model's floor)
@@ -216,7 +216,8 @@ def _point(row):
     if row is None:
         return None
     return {k: row[k] for k in ("status", "compute_overhead", "search_time",
-                                "fragmentation_rate", "evictions", "recomputes")}
+                                "fragmentation_rate", "evictions", "recomputes", "window_moves",
+                                "bytes_moved", "move_cost", "room_made", "cost_total")}
 
 
 def summarize_policy(rows):
@@ -231,6 +232,7 @@ def summarize_policy(rows):
         "ratios_run": len(rows),
         "lowest_ratio_run": min(r["ratio"] for r in rows),
         "at": {f"{m:g}": _point(_at(rows, m)) for m in MARKS},
+        "at_min": _point(_at(rows, best)) if best is not None else None,
         "max_fragmentation_rate": max((r["fragmentation_rate"] for r in ok), default=None),
         "median_records_per_s": statistics.median(r["records_per_s"] for r in rows),
     }
@@ -246,6 +248,50 @@ def _min_claim(mins):
     holds = (c if c is not None else inf) <= min(d if d is not None else inf,
                                                  e if e is not None else inf)
     return {"holds": holds, "coop": c, "dtr": d, "dte": e}
+
+
+#: how far above dtr-ideal (no addresses) coop's minimum ratio and overhead at 0.5 may be
+IDEAL_SLACK = 0.02
+
+
+def _ideal_claim(mins, by_policy):
+    """coop's minimum ratio <= dtr-ideal's + IDEAL_SLACK, and its overhead at 0.5 <= dtr-ideal's
+    + IDEAL_SLACK (where both complete at 0.5): what addresses cost coop."""
+    if "coop" not in mins or "dtr-ideal" not in mins:
+        return {"holds": None, "why": "needs coop and dtr-ideal"}
+    c, i = mins["coop"], mins["dtr-ideal"]
+    if i is None:
+        return {"holds": None, "why": "no run of dtr-ideal completed"}
+    min_holds = c is not None and c <= i + IDEAL_SLACK + 1e-9
+    a, b = _at(by_policy["coop"], 0.5), _at(by_policy["dtr-ideal"], 0.5)
+    over = None
+    if a is not None and b is not None and b["status"] == "ok":
+        over = a["status"] == "ok" and \
+            a["compute_overhead"] <= b["compute_overhead"] + IDEAL_SLACK + 1e-12
+    return {"holds": min_holds and over is not False, "coop": c, "dtr-ideal": i,
+            "min_holds": min_holds, "overhead_0.5_holds": over,
+            "overhead_0.5": None if a is None or b is None else
+            [a["compute_overhead"] if a["status"] == "ok" else None,
+             b["compute_overhead"] if b["status"] == "ok" else None]}
+
+
+def _never_worse_claim(by_policy, other):
+    """coop no worse than the ablation `other`: its minimum ratio no higher, and its compute
+    overhead no higher (1e-9 relative) at every ratio where both complete."""
+    if "coop" not in by_policy or other not in by_policy:
+        return {"holds": None, "why": f"needs coop and {other}"}
+    ok_c = [r["ratio"] for r in by_policy["coop"] if r["status"] == "ok"]
+    ok_o = [r["ratio"] for r in by_policy[other] if r["status"] == "ok"]
+    c, o = min(ok_c, default=None), min(ok_o, default=None)
+    min_holds = o is None or (c is not None and c <= o + 1e-9)
+    worse = []
+    for r in by_policy["coop"]:
+        q = _at(by_policy[other], r["ratio"])
+        if r["status"] == "ok" and q is not None and q["status"] == "ok" and \
+                r["compute_overhead"] > q["compute_overhead"] * (1 + 1e-9):
+            worse.append(r["ratio"])
+    return {"holds": min_holds and not worse, "coop": c, other: o, "min_holds": min_holds,
+            "worse_at": worse}
 
 
 def _fragmentation_claim(by_policy):
@@ -321,6 +367,9 @@ def summarize(sources, rows, policies):
             "search_dtr_over_coop": search_factor_median(by_policy),
             "claims": {
                 "min_budget": _min_claim(mins),
+                "ideal": _ideal_claim(mins, by_policy),
+                **{f"not_worse_than_{p}": _never_worse_claim(by_policy, p)
+                   for p in ("coop-no-move", "coop-no-inplace", "coop-no-partition")},
                 "fragmentation": _fragmentation_claim(by_policy),
                 "search_time_0.3": _search_claim(by_policy),
             },

@@ -128,6 +128,8 @@ def tables(summary, policies, rows):
                        ("coop's fragmentation below dtr's and dte's at every ratio where all "
                         "three complete"), "search time at 0.3: dtr >= 3x coop"], body, text=True))
 
+    out.extend(_ablation_tables(summary, policies))
+
     body = []
     for p in policies:
         speeds = [r["records_per_s"] for r in rows if r["policy"] == p]
@@ -136,6 +138,89 @@ def tables(summary, policies, rows):
     out.append("\nReplay speed (records per second, median over the policy's replays):\n")
     out.append(_table(["policy", "records/s", "replays"], body))
     return "\n".join(out) + "\n"
+
+
+#: the table of coop against its ablations and the DTR baselines
+ABLATION = ("coop", "coop-no-move", "coop-no-inplace", "coop-no-partition", "dtr", "dte",
+            "dtr-ideal")
+
+
+def _moves_cell(point):
+    """coop's moves at one run: moves / MiB moved / move cost's share of the cost executed,
+    and how often it made room for a kernel by moving its inputs."""
+    if point is None:
+        return "-"
+    share = point["move_cost"] / point["cost_total"] if point["cost_total"] else 0.0
+    return (f"{point['window_moves']:,} / {point['bytes_moved'] / 2**20:,.1f} / "
+            f"{100 * share:.3f}% / {point['room_made']:,}")
+
+
+def _verdict(claim, text):
+    if claim is None or claim["holds"] is None:
+        return "n/a" + (f" ({claim['why']})" if claim else "")
+    return ("holds" if claim["holds"] else "does not hold") + f" ({text(claim)})"
+
+
+def _ablation_tables(summary, policies):
+    """coop against its ablations and the baselines: the minimum ratios beside the lower
+    bound, coop's moves, and the claims that coop is never worse than each ablation and within
+    IDEAL_SLACK of dtr-ideal."""
+    from coop.bench import IDEAL_SLACK
+    shown = [p for p in ABLATION if p in policies]
+    if "coop" not in shown:
+        return []
+    out = []
+    body = []
+    for name, s in summary.items():
+        pol = s["policies"]
+        cells = []
+        for p in shown:
+            v = pol.get(p)
+            cells.append("-" if v is None else
+                         _ratio(v["min_feasible_ratio"]) + ("*" if v["failures_above_min"] else ""))
+        c = pol.get("coop")
+        at = c["at"] if c else {}
+        body.append([name, f"{s['lower_bound_ratio']:.2f}", *cells,
+                     _moves_cell(at.get("0.5")), _moves_cell(at.get("0.3")),
+                     _moves_cell(c["at_min"] if c else None)])
+    out.append("\ncoop, its ablations and the DTR baselines: minimum feasible ratio beside the "
+               "lower bound (the largest memory any one op needs: its pinned inputs, outputs and "
+               "the constants), and coop's moves at 0.5, at 0.3 and at its minimum ratio "
+               "(moves / MiB moved / the move cost's share of the cost executed / times it made "
+               "room for a kernel by moving the kernel's inputs):\n")
+    out.append(_table(["model", "lower bound", *shown, "coop moves @0.5", "@0.3",
+                       "@its min"], body))
+    body = []
+    for name, s in summary.items():
+        cl = s["claims"]
+        row = [name, _verdict(cl.get("ideal"), _ideal_text)]
+        for p in ("coop-no-move", "coop-no-inplace", "coop-no-partition"):
+            row.append(_verdict(cl.get(f"not_worse_than_{p}"), _worse_text(p)))
+        body.append(row)
+    out.append(f"\ncoop against dtr-ideal (minimum ratio and overhead at 0.5 each within "
+               f"{IDEAL_SLACK:g}) and against each ablation (minimum ratio no higher, overhead no "
+               "higher at every ratio where both complete):\n")
+    out.append(_table(["model", f"coop <= dtr-ideal + {IDEAL_SLACK:g}", "coop <= coop-no-move",
+                       "coop <= coop-no-inplace", "coop <= coop-no-partition"], body,
+                      text=True))
+    return out
+
+
+def _ideal_text(c):
+    o = c.get("overhead_0.5")
+    over = "" if o is None else (
+        "; @0.5 " + " / ".join("fails" if x is None else f"{x:.3f}" for x in o))
+    return f"min {_ratio(c['coop'])} vs {_ratio(c['dtr-ideal'])}{over}"
+
+
+def _worse_text(other):
+    def text(c):
+        worse = c["worse_at"]
+        more = "" if not worse else (f"; dearer at {len(worse)}: "
+                                     + ", ".join(f"{r:.2f}" for r in worse[:4])
+                                     + (", ..." if len(worse) > 4 else ""))
+        return f"min {_ratio(c['coop'])} vs {_ratio(c[other])}{more}"
+    return text
 
 
 # ---- figures -------------------------------------------------------------------------------------
