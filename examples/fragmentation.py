@@ -54,7 +54,7 @@ STATE_COLORS = ("#f2f2f2", "#f5a623", "#2b6cb0", "#555555")
 # name -> (the core's policy, whether cheap tensors go to the high end of their free range,
 # whether coop's window may move pieces out of the way)
 POLICIES = {name: (get_policy(name).core, get_policy(name).partition, get_policy(name).move)
-            for name in ("dtr", "coop", "coop-no-partition", "coop-move", "none")}
+            for name in ("dtr", "coop", "coop-no-move", "coop-no-partition", "none")}
 # cost of moving one byte: a copy reads and writes each byte, as an elementwise op does
 MOVE_COST = 1.0 / MB
 
@@ -193,7 +193,7 @@ class Runtime:
         self.peak = max(self.peak, self.arena.stats()["used_bytes"])
 
     def moved(self, sid, src, dst):
-        """The arena moves sid out of a window (coop-move): its bytes go to dst."""
+        """The arena moves sid out of a window (policy coop): its bytes go to dst."""
         self.offsets[sid] = dst
         self.moves.append((len(self.rows), dst, self.tensors[sid].nbytes))
         self.executed += self.arena.storage_info(sid)["nbytes"] * MOVE_COST   # the copy
@@ -247,7 +247,7 @@ def save_memory_map(runtime, path, title):
     ax.set(xlabel="time step (op)", ylabel="address (MiB)", title=title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in STATE_COLORS]
     labels = list(STATE_NAMES)
-    if runtime.moves:    # coop-move: where each moved piece went, at the step it moved
+    if runtime.moves:    # coop: where each moved piece went, at the step it moved
         rows, dsts, sizes = np.array(runtime.moves, dtype=np.float64).T
         ax.plot(rows + 0.5, (dsts + sizes / 2) / MB, "v", color="#d0021b", ms=7, mec="white")
         handles.append(plt.Line2D([], [], color="#d0021b", marker="v", ls=""))
