@@ -11,6 +11,12 @@ Per trace, for coop and coop-no-partition:
 - the compute overhead at 0.5 and the geometric mean of coop's over coop-no-partition's at the
   bench grid's ratios where both complete;
 - the ratios of the bench grid where one completes and the other fails (OOM or thrash).
+--classes rewrites the ops' classes (the trace's `cls`) before coop replays them, to try other
+rules for which end a tensor takes: `recorded` (as recorded: the kernel's type), `flip` (cheap
+at the low end, expensive at the high end), `lifetime` (outputs that outlive the trace's median
+lifetime, in records from definition to release, at the low end; the others at the high end),
+`density` (expensive when the op's cost per output byte is >= 1 ns/B, as
+`Runtime(classifier="density")`). coop-no-partition places every output as EXPENSIVE anyway.
 Then, per OOM at such a ratio (the failing policy first): the request that failed, and the
 largest range free of *walls* (constants, kernels' temporaries and the running ops' pinned
 inputs) at the failure, against the same range, for the same pinned values, just before the same
@@ -28,12 +34,14 @@ from tqdm import tqdm
 
 from coop import replay as R
 from coop._core import Arena
+from coop._engine import Thrash
 from coop._replay import Replayer
 from coop.bench import sweep_ratios
 from coop.errors import OutOfMemoryError
-from coop.trace import load
+from coop.trace import compile_program, read_records
 
 POLICIES = ("coop", "coop-no-partition")
+CLASSES = ("recorded", "flip", "lifetime", "density")
 STEP = 0.01
 PATIENCE = 5
 MiB = 2 ** 20
@@ -86,6 +94,38 @@ class Ops:
                 live.discard(r["id"])
 
 
+def _outputs(record):
+    return [o for o in record.get("outputs", []) if o.get("alias", -1) < 0]
+
+
+def load(path, classes="recorded"):
+    """The trace at path compiled, its ops' classes rewritten by the rule `classes`."""
+    records = list(read_records(path))
+    ops = [r for _, r in records if r.get("op") in ("call", "mutate")]
+    if classes == "flip":
+        for r in ops:
+            r["cls"] = "expensive" if r.get("cls") == "cheap" else "cheap"
+    elif classes == "lifetime":
+        born, life = {}, {}
+        for i, (_, r) in enumerate(records):
+            if r.get("op") in ("call", "mutate"):
+                for o in _outputs(r):
+                    born[o["id"]] = i
+            elif r.get("op") == "release" and r["id"] in born:
+                life.setdefault(r["id"], i - born[r["id"]])
+        for tid, i in born.items():
+            life.setdefault(tid, len(records) - i)
+        median = statistics.median(life.values()) if life else 0
+        for r in ops:
+            longest = max((life[o["id"]] for o in _outputs(r)), default=0)
+            r["cls"] = "expensive" if longest > median else "cheap"
+    elif classes == "density":
+        for r in ops:
+            nbytes = sum(o["size"] for o in _outputs(r))
+            r["cls"] = "expensive" if not nbytes or r["cost"] / nbytes >= 1.0 else "cheap"
+    return compile_program(records, str(path))
+
+
 def replayer(program, peak, ratio, policy):
     arena = Arena(max(int(ratio * peak), R._alignment(program, None)),
                   R._alignment(program, None))
@@ -133,7 +173,7 @@ def pinned_values(ops, rp, t):
 
 def why(program, ops, peak, ratio, bad, good):
     """The failing request of `bad` at ratio, the largest wall-free range then, and under `good`
-    just before the same op (None if `bad` did not run out of memory)."""
+    just before the same op (None if `bad` did not run out of memory: it completed or thrashed)."""
     rp, arena = replayer(program, peak, ratio, bad)
     try:
         rp.run()
@@ -141,6 +181,8 @@ def why(program, ops, peak, ratio, bad, good):
         return None
     except OutOfMemoryError as err:
         message = str(err)
+    except Thrash:
+        return None
     t = rp.last_op
     values = pinned_values(ops, rp, t)
     sids = {rp.storage_of(v) for v in values}
@@ -176,9 +218,9 @@ def min_ratio(runs):
     return min((r for r, (status, _) in runs.items() if status == "ok"), default=None)
 
 
-def measure(path, shifts, bar):
-    program = load(path)
-    base = R.unlimited(program)
+def measure(path, shifts, classes, bar):
+    program = load(path, classes)
+    base = R.unlimited(load(path))     # ratio 1.0 as coop bench has it, whatever the classes
     peak = base["peak_bytes"]
     grid = sweep_ratios(STEP, base["lower_bound_bytes"] / peak)
     row = {"model": os.path.basename(path).split("-")[0], "runs": {}, "mins": {}}
@@ -222,8 +264,8 @@ def fmt_at(runs, ratio):
     return "-" if status is None else f"{overhead:.3f}" if status == "ok" else status
 
 
-def tables(rows, shifts):
-    out = [f"Minimum feasible ratio: the bench grid's, and the mean (range) over {shifts} "
+def tables(rows, shifts, classes):
+    out = [f"coop's op classes: {classes}. Minimum feasible ratio: the bench grid's, and the mean (range) over {shifts} "
            f"grids shifted by {STEP / shifts:g}; compute overhead at 0.5; coop's overhead over "
            "coop-no-partition's (geometric mean where both complete); ratios where only one "
            "completes:", "",
@@ -280,6 +322,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", help="coop traces (e.g. a coop bench's traces/*.jsonl)")
     p.add_argument("--shifts", type=int, default=8, help="shifted grids per policy (>= 1)")
+    p.add_argument("--classes", choices=CLASSES, default="recorded",
+                   help="the rule that classes coop's ops (default: as recorded)")
     p.add_argument("--png", default=None, help="write the mean minimum ratios as a bar chart")
     opts = p.parse_args(argv)
     if opts.shifts < 1:
@@ -290,9 +334,9 @@ def main(argv=None):
     rows = []
     for path in opts.traces:
         bar.set_postfix_str(os.path.basename(path))
-        rows.append(measure(path, opts.shifts, bar))
+        rows.append(measure(path, opts.shifts, opts.classes, bar))
     bar.close()
-    print(tables(rows, opts.shifts))
+    print(tables(rows, opts.shifts, opts.classes))
     if opts.png:
         plot(rows, opts.png)
 
