@@ -151,6 +151,16 @@ def largest_gap(ws, capacity):
     return max(best, capacity - start)
 
 
+def tenths(arena, sids):
+    """How many of the storages sids lie in each tenth of the arena (by offset), as text."""
+    counts = [0] * 10
+    for s in sids:
+        info = arena.storage_info(s)
+        if info["resident"]:
+            counts[min(9, info["offset"] * 10 // arena.capacity)] += 1
+    return " ".join(map(str, counts))
+
+
 def pinned_values(ops, rp, t):
     """The values pinned when op t (or a recompute it started) ran out of memory: t's inputs
     and, for each evicted one, its producer's inputs, recursively, that are resident."""
@@ -199,7 +209,8 @@ def why(program, ops, peak, ratio, bad, good):
     gap_good = largest_gap(walls(arena2, sids2), arena2.capacity)
     request = int(re.search(r"allocate (\d+) bytes", message).group(1))
     return {"op": ops.names[t], "request": request, "pinned": len(values),
-            "gap_bad": gap_bad, "gap_good": gap_good}
+            "gap_bad": gap_bad, "gap_good": gap_good,
+            "tenths_bad": tenths(arena, sids), "tenths_good": tenths(arena2, sids2)}
 
 
 def sweep(program, peak, policy, ratios):
@@ -285,15 +296,16 @@ def tables(rows, shifts, classes):
     out += ["", "Each OOM at a ratio where the other policy completes: the op, the request, the "
             "pinned values, the largest range free of walls (constants, temporaries, pinned "
             "inputs) at the failure and, for the same values, before the same op under the "
-            "policy that completed:", "",
+            "policy that completed; and how many of the pinned values lie in each tenth of the "
+            "arena, low to high, under each:", "",
             "| model | ratio | fails | op | request MiB | pinned | largest wall-free MiB "
-            "(failing) | (completing) |",
-            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+            "(failing) | (completing) | pinned per tenth (failing) | (completing) |",
+            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for row in rows:
         for w in row["why"]:
             out.append(f"| {row['model']} | {w['ratio']:.2f} | {w['fails']} | {w['op']} | "
                        f"{w['request'] / MiB:,.1f} | {w['pinned']} | {w['gap_bad'] / MiB:,.1f} "
-                       f"| {w['gap_good'] / MiB:,.1f} |")
+                       f"| {w['gap_good'] / MiB:,.1f} | {w['tenths_bad']} | {w['tenths_good']} |")
     return "\n".join(out)
 
 
