@@ -19,11 +19,11 @@ lifetime, in records from definition to release, at the low end; the others at t
 `Runtime(classifier="density")`). coop-no-partition places every output as EXPENSIVE anyway.
 Then, per OOM at such a ratio (the failing policy first): the request that failed, and the
 largest range free of *walls* (constants, kernels' temporaries and the running ops' pinned
-inputs) at the failure, against the same range, for the same pinned values, just before the same
-op under the policy that completed.
+inputs; an upper bound, as the running op's outputs placed so far are not counted) at the
+failure, against the same range, for the same pinned values, just before the same op under the
+policy that completed; and where the pinned values lie, per tenth of the arena, under each.
 """
 import argparse
-import json
 import math
 import os
 import re
@@ -48,50 +48,38 @@ MiB = 2 ** 20
 
 
 class Ops:
-    """A coop trace's ops in program order: each op's input values and new output values, with
-    values numbered as coop.trace.load numbers them (dense, in order of definition)."""
+    """A coop trace's ops in program order: each op's input values and name, and each value's
+    producing op, with values numbered as coop.trace.compile_program numbers them (dense, in
+    order of definition; what the records before `start` leave referenced comes first)."""
 
     def __init__(self, path):
-        with open(path, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
+        records = [r for _, r in read_records(path)]
         start = max((i for i, r in enumerate(records) if r["op"] == "start"), default=-1)
-        index, live, n = {}, set(), 0
         prefix = {}
         for r in records[:start]:
             if r["op"] == "constant":
                 prefix[r["id"]] = True
             elif r["op"] == "call":
-                for out in r["outputs"]:
-                    if out.get("alias", -1) < 0:
-                        prefix.setdefault(out["id"], True)
+                for out in _outputs(r):
+                    prefix.setdefault(out["id"], True)
             elif r["op"] == "release":
                 prefix.pop(r["id"], None)
-        for tid in prefix:
-            index[tid], n = n, n + 1
-            live.add(tid)
-        self.inputs, self.outputs, self.names = [], [], []
-        self.producer = {}
+        index = {tid: n for n, tid in enumerate(prefix)}
+        n = len(index)
+        self.inputs, self.names, self.producer = [], [], {}
         for r in records[start + 1:]:
-            kind = r["op"]
-            if kind == "constant":
+            if r["op"] == "constant":
                 index[r["id"]], n = n, n + 1
-                live.add(r["id"])
-            elif kind in ("call", "mutate"):
+            elif r["op"] in ("call", "mutate"):
                 t = len(self.inputs)
                 self.inputs.append([index[i] for i in r["inputs"]])
-                outs, seen = [], set()
-                for out in r.get("outputs", []) if kind == "call" else []:
-                    if out.get("alias", -1) >= 0 or out["id"] in seen:
-                        continue
-                    seen.add(out["id"])
-                    index[out["id"]], n = n, n + 1
-                    live.add(out["id"])
-                    outs.append(index[out["id"]])
-                    self.producer[index[out["id"]]] = t
-                self.outputs.append(outs)
                 self.names.append(r["name"])
-            elif kind == "release":
-                live.discard(r["id"])
+                seen = set()     # an id repeated among a call's outputs is a view of the first
+                for out in _outputs(r) if r["op"] == "call" else []:
+                    if out["id"] not in seen:
+                        seen.add(out["id"])
+                        index[out["id"]], n = n, n + 1
+                        self.producer[index[out["id"]]] = t
 
 
 def _outputs(record):
@@ -127,8 +115,8 @@ def load(path, classes="recorded"):
 
 
 def replayer(program, peak, ratio, policy):
-    arena = Arena(max(int(ratio * peak), R._alignment(program, None)),
-                  R._alignment(program, None))
+    align = int(program.meta.get("alignment") or R.DEFAULT_ALIGNMENT)
+    arena = Arena(max(int(ratio * peak), align), align)
     return Replayer(program, arena, policy, R.THRASH * program.cost_first,
                     R.copy_cost(program)), arena
 
