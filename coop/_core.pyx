@@ -807,8 +807,8 @@ cdef class Arena:
     # ---- Python API -------------------------------------------------------------------------
 
     def allocate(self, nbytes, placement=EXPENSIVE, storage=NO_STORAGE):
-        """Best-fit placement of nbytes (EXPENSIVE at the low end, CHEAP at the high end;
-        LOWEST: first fit by address).
+        """Best-fit placement of nbytes (EXPENSIVE at the low end of the lowest of the smallest
+        pieces that hold it, CHEAP at the high end of the highest; LOWEST: first fit by address).
 
         Returns the offset, or -1 when no free piece fits; never evicts.
         """
