@@ -6,7 +6,7 @@ while the structures are inconsistent, so the GIL is the lock: frees arriving fr
 or re-entrantly from an object's ``__dealloc__`` inside the eviction callback, always see a
 consistent arena.
 """
-from cython.operator cimport dereference as deref
+from cython.operator cimport dereference as deref, predecrement
 from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport SIZE_MAX, int64_t
 from libc.string cimport memcpy
@@ -178,6 +178,12 @@ cdef class Arena:
             idx = self.first
             while not (self.pieces_[idx].free and self.pieces_[idx].size >= size):
                 idx = self.pieces_[idx].next
+        elif placement == PLACE_CHEAP:
+            # among the equally small pieces, the highest: cheap tensors gather at the arena's
+            # high end as they do at their piece's
+            it = self.free_index.lower_bound(SizeOffset(deref(it).first + 1, 0))
+            predecrement(it)
+            idx = self.by_offset[deref_offset(it)]
         else:
             idx = self.by_offset[deref_offset(it)]
         cdef Piece* p = &self.pieces_[idx]
@@ -808,8 +814,8 @@ cdef class Arena:
     # ---- Python API -------------------------------------------------------------------------
 
     def allocate(self, nbytes, placement=EXPENSIVE, storage=NO_STORAGE):
-        """Best-fit placement of nbytes (EXPENSIVE at the low end, CHEAP at the high end;
-        LOWEST: first fit by address).
+        """Best-fit placement of nbytes (EXPENSIVE at the low end of the lowest of the smallest
+        pieces that hold it, CHEAP at the high end of the highest; LOWEST: first fit by address).
 
         Returns the offset, or -1 when no free piece fits; never evicts.
         """

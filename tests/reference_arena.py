@@ -175,8 +175,14 @@ class ReferenceArena:
                 if p[FREE] and p[SIZE] >= size]
         if not fits:
             return -1
-        # best fit; LOWEST: first fit in address order (the pieces' list order)
-        _, offset, i = min(fits, key=lambda f: f[1]) if placement == LOWEST else min(fits)
+        # best fit: the smallest piece, among equal sizes the lowest (CHEAP: the highest);
+        # LOWEST: first fit in address order (the pieces' list order)
+        if placement == LOWEST:
+            _, offset, i = min(fits, key=lambda f: f[1])
+        elif placement == CHEAP:
+            _, offset, i = min(fits, key=lambda f: (f[0], -f[1]))
+        else:
+            _, offset, i = min(fits)
         piece = self._pieces[i]
         if piece[SIZE] == size:
             used = piece

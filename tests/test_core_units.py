@@ -59,14 +59,31 @@ def test_best_fit_takes_the_smallest_piece_that_fits(Arena):
     arena.check()
 
 
-def test_best_fit_breaks_ties_on_the_lowest_offset(Arena):
+def test_best_fit_breaks_ties_toward_the_placement_end(Arena):
+    # among equally small free pieces, EXPENSIVE takes the lowest, CHEAP the highest: each
+    # class gathers at its end of the arena, as at its end of a piece
     arena = Arena(512)
     build(arena, [(128, "free"), (64, None), (128, "free"), (64, None)])
-    assert arena.allocate(64, CHEAP) == 64
-    assert arena.allocate(128) == 192
-    assert arena.allocate(64) == 0
-    assert arena.pieces() == [(0, 64, False, -1), (64, 64, False, -1), (128, 64, False, -1),
-                              (192, 128, False, -1), (320, 64, False, -1), (384, 128, True, -1)]
+    assert arena.allocate(64, CHEAP) == 448      # the pieces at 0, 192, 384 tie: 384's high end
+    assert arena.allocate(128) == 0              # 0 and 192 tie: the lowest
+    assert arena.allocate(64) == 384             # the smallest that holds it, not the lowest
+    assert arena.allocate(64, CHEAP) == 256      # only 192 is left: its high end
+    assert arena.pieces() == [(0, 128, False, -1), (128, 64, False, -1), (192, 64, True, -1),
+                              (256, 64, False, -1), (320, 64, False, -1), (384, 64, False, -1),
+                              (448, 64, False, -1)]
+    arena.check()
+
+
+def test_cheap_ties_take_the_highest_piece_of_the_smallest_size(Arena):
+    arena = Arena(1024)
+    build(arena, [(64, None), (128, "free"), (64, None), (256, "free"), (64, None),
+                  (128, "free"), (64, None)])
+    # free: 128 at 64, 256 at 256, 128 at 576, 256 at 768 (the rest); 100 bytes take 128
+    assert arena.allocate(100, CHEAP) == 576     # the 128s tie: the higher one
+    assert arena.allocate(100, CHEAP) == 64      # the other 128, though 256s lie higher
+    assert arena.allocate(100, CHEAP) == 896     # the 256s tie: the higher one, its high end
+    assert arena.allocate(100) == 768            # the 128 left below 896: smaller than 256's
+    arena.check()
 
 
 def test_expensive_at_the_low_end_cheap_at_the_high_end(Arena):
