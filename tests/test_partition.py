@@ -53,7 +53,7 @@ def test_a_cheap_output_takes_the_highest_equally_small_hole(tmp_path, policy, p
     assert offsets(trace(tmp_path / "t.jsonl"), policy, 11) == placed
 
 
-@pytest.mark.parametrize("policy", ["coop", "coop-no-partition", "coop-loop", "coop-move"])
+@pytest.mark.parametrize("policy", ["coop", "coop-no-move", "coop-no-partition", "coop-loop"])
 def test_the_stack_fits_where_the_dead_values_left_adjacent_holes(tmp_path, policy):
     # coop: value 6 dies at unit 1, next to the hole at unit 2 that value 8 left free; had value
     # 8 taken unit 2 (the lowest hole), the free units 1 and 6 would be apart, every live value
