@@ -216,7 +216,8 @@ def _point(row):
     if row is None:
         return None
     return {k: row[k] for k in ("status", "compute_overhead", "search_time",
-                                "fragmentation_rate", "evictions", "recomputes", "window_moves",
+                                "fragmentation_rate", "evictions", "bytes_evicted",
+                                "recomputes", "window_moves",
                                 "bytes_moved", "move_cost", "room_made", "cost_total")}
 
 

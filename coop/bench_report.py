@@ -196,12 +196,21 @@ def _ablation_tables(summary, policies):
         row = [name, _verdict(cl.get("ideal"), _ideal_text)]
         for p in ("coop-no-move", "coop-no-inplace", "coop-no-partition"):
             row.append(_verdict(cl.get(f"not_worse_than_{p}"), _worse_text(p)))
+        c, i = (s["policies"].get(p, {}).get("at", {}).get("0.5") for p in ("coop", "dtr-ideal"))
+        if c and i and c["status"] == i["status"] == "ok" and i["bytes_evicted"]:
+            row.append(f"{c['bytes_evicted'] / i['bytes_evicted']:.2f} / "
+                       f"{c['recomputes'] / max(i['recomputes'], 1):.2f}")
+        else:
+            row.append("-")
         body.append(row)
     out.append(f"\ncoop against dtr-ideal (minimum ratio and overhead at 0.5 each within "
                f"{IDEAL_SLACK:g}) and against each ablation (minimum ratio no higher, overhead no "
-               "higher at every ratio where both complete):\n")
+               "higher at every ratio where both complete); and at 0.5, the bytes coop evicted "
+               "and the recomputes it made over dtr-ideal's (what contiguity costs: a window "
+               "frees whole neighbours):\n")
     out.append(_table(["model", f"coop <= dtr-ideal + {IDEAL_SLACK:g}", "coop <= coop-no-move",
-                       "coop <= coop-no-inplace", "coop <= coop-no-partition"], body,
+                       "coop <= coop-no-inplace", "coop <= coop-no-partition",
+                       "@0.5 bytes evicted / recomputes, coop over dtr-ideal"], body,
                       text=True))
     return out
 

@@ -119,7 +119,8 @@ def test_ratios_go_from_one_to_below_the_bound():
 
 def _row(ratio, status, overhead=1.0, moves=0):
     return {"ratio": ratio, "status": status, "fragmentation_rate": 0.1, "records_per_s": 1.0,
-            "compute_overhead": overhead, "search_time": 0.0, "evictions": 0, "recomputes": 0,
+            "compute_overhead": overhead, "search_time": 0.0, "evictions": 0,
+            "bytes_evicted": 0, "recomputes": 0,
             "window_moves": moves, "bytes_moved": 512 * moves, "move_cost": 0.5 * moves,
             "room_made": 0, "cost_total": 100.0 * overhead}
 
