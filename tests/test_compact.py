@@ -265,3 +265,22 @@ def test_a_recorded_host_run_that_compacts_replays_exactly(tmp_path):
     keys = ("compactions", "room_made", "window_moves", "bytes_moved", "move_cost",
             "recomputes", "evictions", "searches", "cost_total", "peak_used_bytes")
     assert {k: result[k] for k in keys} == {k: stats[k] for k in keys}
+
+
+
+def test_the_cupy_executor_moves_but_never_slides(monkeypatch):
+    """A device's overlapping copy is not done: on the CuPy pool coop moves pieces (to free
+    destinations) but never compacts (fake driver, no GPU)."""
+    pytest.importorskip("cupy")
+    from _cupy_driver import install
+
+    from coop.backends import cupy as backend
+    install(monkeypatch, backend)
+    import cupy
+    try:
+        rt = coop.Runtime(coop.allocator("1MiB"), policy="coop", cost="h100")
+        executor = rt._engine.executor
+        assert executor.can_move and not executor.can_slide
+        assert executor.slide(0, 1024, 0) is False
+    finally:
+        cupy.cuda.set_allocator(None)
