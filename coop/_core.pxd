@@ -194,6 +194,8 @@ cdef class Arena:
     cdef void c_set_movable(self, int slot, bint flag) noexcept
     cdef bint c_movable(self, int slot) noexcept
     cdef int c_move(self, int slot, size_t dst) except -1
+    cdef int c_slide(self, int slot, size_t dst) except -1
+    cdef Py_ssize_t c_compact(self, size_t size, double now, Evictor evictor) except -2
     cdef double c_cost(self, int slot) noexcept
     cdef int c_pins(self, int slot) noexcept
     cdef bint c_evictable(self, int slot) noexcept
@@ -213,6 +215,7 @@ cdef class Evictor:
     cdef int evict(self, Arena arena, vector[int]& victims) except -1
     cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1
     cdef int moved(self, Arena arena) except -1
+    cdef int slide(self, Arena arena, int slot, size_t src, size_t dst) except -1
 
 
 cdef int policy_code(policy, bint ideal) except -1

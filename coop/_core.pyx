@@ -958,6 +958,24 @@ cdef class Arena:
         """Relocate resident sid to the free piece starting at offset (bookkeeping only)."""
         self.c_move(self._slot(sid), _size_arg(offset, "offset"))
 
+    def slide(self, sid, offset):
+        """Slide resident sid down to offset, inside the free piece just below it
+        (bookkeeping only; see Moving, compaction)."""
+        self.c_slide(self._slot(sid), _size_arg(offset, "offset"))
+
+    def compact(self, nbytes, now, evict, slide=None):
+        """Compaction inside one window for a request of nbytes (docs/core.md, "Moving"):
+        evicts the chosen window's candidates through evict(list of storage ids), then slides
+        its movable pieces to its low end, calling slide(storage id, old offset, new offset),
+        when given, before each (move the bytes; False refuses). The offset from which nbytes
+        are free, or -1."""
+        cdef size_t size = self._checked_request(nbytes)
+        if slide is not None and not callable(slide):
+            raise TypeError(f"slide must be callable or None, got {slide!r}")
+        cdef _CallbackEvictor ev = _CallbackEvictor(evict)
+        ev.slide_fn = slide
+        return self.c_compact(size, _clock_arg(now), ev)
+
     def choose_plan(self, nbytes, policy, now):
         """What the policy would do for a request of nbytes (does nothing): a dict with
         victims (storage ids), moves ([(storage id, destination offset)], address order) and,
@@ -1326,6 +1344,160 @@ cdef class Arena:
         self.c_free(self.pieces_[old].offset)      # anonymous now: freed, nothing evicted
         return 0
 
+    cdef int c_slide(self, int slot, size_t dst) except -1:
+        """Slide resident slot's piece down to dst, inside the free piece just below it (the
+        old and new ranges may overlap: the owner's copy is a memmove); the bytes its high end
+        leaves become free. Logged as a move; counted by c_compact, not here. ValueError
+        naming the problem otherwise (nothing changed)."""
+        if slot < 0 or <size_t>slot >= self.storages.size() or not self.storages[slot].live:
+            raise ValueError(f"slide to offset {dst}: storage slot {slot} is not registered")
+        cdef int idx = self.storages[slot].piece
+        cdef int64_t sid = self.storages[slot].sid
+        if idx < 0:
+            raise ValueError(f"slide of storage {sid} to offset {dst}: it is not resident")
+        cdef size_t src = self.pieces_[idx].offset, size = self.pieces_[idx].size
+        cdef int low = self.pieces_[idx].prev, nxt = self.pieces_[idx].next, below, rest
+        if (self.ideal or dst % self.alignment or dst >= src or low < 0
+                or not self.pieces_[low].free or self.pieces_[low].offset > dst):
+            raise ValueError(f"slide of storage {sid} from offset {src} to {dst}: {dst} is not "
+                             "an aligned offset inside the free piece just below it")
+        cdef size_t shift = src - dst, f = self.pieces_[low].offset
+        self._unindex_free(low)
+        self.by_offset.erase(src)
+        if dst > f:
+            self.pieces_[low].size = dst - f
+            _entry_mirror(self, low)
+            self._index_free(low)
+        else:
+            below = self.pieces_[low].prev
+            self.pieces_[idx].prev = below
+            if below >= 0:
+                self.pieces_[below].next = idx
+            else:
+                self.first = idx
+            self._drop_piece(low)          # its offset is dst: dropped before idx takes it
+            self.n_pieces -= 1
+        self.pieces_[idx].offset = dst
+        self.by_offset[dst] = idx
+        if nxt >= 0 and self.pieces_[nxt].free:
+            self._unindex_free(nxt)
+            self.by_offset.erase(self.pieces_[nxt].offset)
+            self.pieces_[nxt].offset -= shift
+            self.pieces_[nxt].size += shift
+            self.by_offset[self.pieces_[nxt].offset] = nxt
+            _entry_mirror(self, nxt)
+            self._index_free(nxt)
+        else:
+            rest = self._new_piece(dst + size, shift, idx, nxt, True)
+            self.pieces_[idx].next = rest
+            if nxt >= 0:
+                self.pieces_[nxt].prev = rest
+            self._index_free(rest)
+            self.n_pieces += 1
+        if self.logging:      # (old, LOG_MOVE, new, size, sid), as the window's moves
+            self.alloc_log.push_back(<int64_t>src)
+            self.alloc_log.push_back(-2)
+            self.alloc_log.push_back(<int64_t>dst)
+            self.alloc_log.push_back(<int64_t>size)
+            self.alloc_log.push_back(sid)
+        return 0
+
+    cdef Py_ssize_t c_compact(self, size_t size, double now, Evictor evictor) except -2:
+        """Compaction inside one window (docs/core.md, "Moving"): the cheapest run of adjacent
+        pieces, none a wall, whose free and candidate bytes cover size (candidates cost h,
+        movable non-candidates a copy each); its candidates are evicted through evictor, then
+        its movable pieces slide to its low end in address order (evictor.slide copies each
+        one's bytes, memmove-like), so that size bytes are free from the returned offset. -1
+        when no run covers size, or when the evictor refused a victim or a slide (what was
+        done stays done: a valid state). Only with moving on."""
+        if self.ideal or not self.move_rate < INFINITY:
+            return -1
+        cdef size_t total = <size_t>self.n_pieces
+        self._fill_scan(now, False)
+        cdef double* hs = self.scan_h.data()
+        cdef size_t* ss = self.scan_size.data()
+        cdef unsigned char* fs = self.scan_flags.data()
+        cdef double rate = self.move_rate, cost, p_left = 0.0, p_right = 0.0, best_cost = INFINITY
+        cdef size_t j, lo = 0, best_lo = 0, best_end = 0, covered = 0
+        for j in range(total):
+            if fs[j] == 0:        # a wall: pinned, anonymous, or neither evictable nor movable
+                p_left = 0.0
+                p_right = 0.0
+                covered = 0
+                lo = j + 1
+                continue
+            if fs[j] & (W_FREE | W_CANDIDATE):
+                p_right = p_right + hs[j]
+                covered += ss[j]
+            else:                 # a mover: stays in the window, its bytes cost a copy
+                p_right = p_right + <double>ss[j] * rate
+            while covered >= size:
+                cost = p_right - p_left
+                if cost < best_cost or best_end == 0:
+                    best_cost = cost
+                    best_lo = lo
+                    best_end = j + 1
+                if fs[lo] & (W_FREE | W_CANDIDATE):
+                    p_left = p_left + hs[lo]
+                    covered -= ss[lo]
+                else:
+                    p_left = p_left + <double>ss[lo] * rate
+                lo += 1
+        if best_end == 0:
+            return -1
+        # the window's victims and movers (storage ids: the callbacks may reuse slots)
+        cdef vector[int] victims
+        cdef vector[int64_t] ids, movers
+        cdef vector[size_t] sizes
+        cdef int idx = self.first, slot
+        cdef size_t cursor
+        for j in range(best_lo):
+            idx = self.pieces_[idx].next
+        cursor = self.pieces_[idx].offset
+        for j in range(best_lo, best_end):
+            if fs[j] & W_CANDIDATE:
+                victims.push_back(self.pieces_[idx].storage)
+                ids.push_back(self.storages[self.pieces_[idx].storage].sid)
+                sizes.push_back(self.pieces_[idx].size)
+            elif fs[j] & W_MOVABLE:
+                movers.push_back(self.storages[self.pieces_[idx].storage].sid)
+            idx = self.pieces_[idx].next
+        if not victims.empty():
+            evictor.evict(self, victims)
+        cdef bint refused = False
+        cdef size_t k
+        for k in range(ids.size()):
+            if not self.by_sid.count(ids[k]) or self.storages[self.by_sid[ids[k]]].piece < 0:
+                self.evictions += 1
+                self.bytes_evicted += sizes[k]
+            else:
+                refused = True
+        if refused:
+            return -1
+        cdef size_t src, nbytes
+        for k in range(movers.size()):
+            if not self.by_sid.count(movers[k]):
+                return -1
+            slot = self.by_sid[movers[k]]
+            idx = self.storages[slot].piece
+            if idx < 0:
+                return -1
+            src = self.pieces_[idx].offset
+            nbytes = self.pieces_[idx].size
+            if src != cursor:
+                if not evictor.slide(self, slot, src, cursor):
+                    self.c_set_movable(slot, False)
+                    return -1
+                self.c_slide(slot, cursor)
+                self.moves += 1
+                self.bytes_moved += nbytes
+                self.move_cost_sum = self.move_cost_sum + <double>nbytes * rate
+            cursor += nbytes
+        if (not self.by_offset.count(cursor) or not self.pieces_[self.by_offset[cursor]].free
+                or self.pieces_[self.by_offset[cursor]].size < size):
+            return -1
+        return <Py_ssize_t>cursor
+
     cdef int _carve(self, size_t dst, size_t size, int64_t sid) except -1:
         """An anonymous used piece of size at the low end of the free piece starting at dst."""
         cdef unordered_map[size_t, int].iterator it = self.by_offset.find(dst)
@@ -1583,16 +1755,25 @@ cdef class Evictor:
         memory objects free their pieces when they die may let them die here)."""
         return 0
 
+    cdef int slide(self, Arena arena, int slot, size_t src, size_t dst) except -1:
+        """Move resident slot's bytes from src down to dst (dst < src; the ranges may overlap:
+        copy as memmove does) and make the memory at dst its own, freeing nothing, and return
+        1; the arena then slides its piece (Arena.c_slide). 0 refuses (the storage becomes
+        unmovable). The default copies nothing (owners of sizes only)."""
+        return 1
+
 
 cdef class _CallbackEvictor(Evictor):
     """Evictor over a Python callable: evict(list of storage ids)."""
 
     cdef object fn
     cdef object move_fn
+    cdef object slide_fn
 
     def __cinit__(self, fn, *args, **kwargs):
         self.fn = fn
         self.move_fn = None
+        self.slide_fn = None
 
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
         self.fn([arena.c_sid(s) for s in victims])
@@ -1601,6 +1782,11 @@ cdef class _CallbackEvictor(Evictor):
     cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1:
         if self.move_fn is not None:
             return 0 if self.move_fn(arena.c_sid(slot), src, dst) is False else 1
+        return 1
+
+    cdef int slide(self, Arena arena, int slot, size_t src, size_t dst) except -1:
+        if self.slide_fn is not None:
+            return 0 if self.slide_fn(arena.c_sid(slot), src, dst) is False else 1
         return 1
 
 

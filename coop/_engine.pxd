@@ -11,11 +11,13 @@ cdef class Executor:
     the array executor (host, CuPy) is a Python subclass."""
     cdef public Engine engine      # set by Engine.__init__
     cdef public bint can_move      # relocate moves memory: coop's window may move storages
+    cdef public bint can_slide     # slide moves memory in place: make_room may compact a window
     cpdef int run(self, int op) except -1
     cpdef bint drop(self, int storage) except -1
     cpdef int forget(self, int storage) except -1
     cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1
     cpdef bint relocate(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
+    cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
     cpdef int moved(self) except -1
 
 
@@ -68,6 +70,7 @@ cdef class Engine(Evictor):
     cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
     cdef readonly long long copies     # old values copied by in-place ops (any rule)
     cdef readonly long long room_made  # times coop made room for a kernel by moving its inputs
+    cdef readonly long long compactions   # ... of them by compacting one window (c_compact)
 
     # storages
     cdef int _new_sid(self) except -1
@@ -93,6 +96,7 @@ cdef class Engine(Evictor):
     cdef int _recompute(self, int o) except -1
     cdef int _make_room(self, int o) except -1
     cdef bint c_make_room(self, int o, vector[size_t]& need) except -1
+    cdef int _release(self, vector[Py_ssize_t]& taken, bint logging) except -1
     cdef int _evict_eagerly(self, int s) except -1
     cdef int _account(self, int o, bint recompute) except -1
     # records

@@ -79,6 +79,12 @@ cdef class Executor:
         """The moved storages are bound to their new pieces: the old memory may go now."""
         return 0
 
+    cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1:
+        """Move resident storage's bytes from offset src down to dst (the ranges may overlap)
+        and make the memory at dst its own, the memory at src freeing nothing; False refuses.
+        Called only when can_slide is set."""
+        return False
+
 
 cdef class Engine(Evictor):
     """One run's residency state and rules over one arena (see the module docstring).
@@ -234,6 +240,18 @@ cdef class Engine(Evictor):
     cdef int moved(self, Arena arena) except -1:
         self.executor.moved()
         return 0
+
+    cdef int slide(self, Arena arena, int slot, size_t src, size_t dst) except -1:
+        """The core compacts a window (c_compact): the executor moves resident s's bytes down
+        in place; charged as a move (bytes times move_rate)."""
+        cdef int s = <int>arena.c_sid(slot)
+        if self.held[s] or not self.executor.slide(s, <Py_ssize_t>src, <Py_ssize_t>dst):
+            return 0
+        self.offset[s] = <Py_ssize_t>dst
+        cdef double c = <double>self.arena.request_size(self.size[s]) * self.move_rate
+        self.cost_total += c
+        self.now += c
+        return 1
 
     cdef int _drop(self, int s) except -1:
         """Free resident s's memory through the executor; one it cannot free (held by a user's
@@ -406,7 +424,7 @@ cdef class Engine(Evictor):
         cdef vector[Py_ssize_t] taken
         cdef bint logging, found = False
         cdef int s, slot, k
-        cdef size_t req
+        cdef size_t req, total
         cdef Py_ssize_t off
         for s in self.op_in[o]:
             if self.offset[s] >= 0 and not _contains(keep, s):
@@ -433,12 +451,18 @@ cdef class Engine(Evictor):
                     self.arena.alloc_log.pop_back()
             found = True
         except OutOfMemoryError:
-            pass
+            # no window could move o's inputs away (their movers found no destinations):
+            # compact one window instead, sliding its movers to its low end (docs/core.md)
+            if self.executor.can_slide:
+                self._release(taken, logging)
+                total = 0
+                for req in need:
+                    total += req
+                found = self.arena.c_compact(total, self.now, self) >= 0
+                if found:
+                    self.compactions += 1
         finally:
-            self.arena.logging = False
-            for off in taken:
-                self.arena.c_free(<size_t>off)
-            self.arena.logging = logging
+            self._release(taken, logging)
             for k in range(<int>keep.size()):
                 slot = self.slot[keep[k]]
                 self.arena.c_pin(slot, kept_pins[k])
@@ -446,6 +470,18 @@ cdef class Engine(Evictor):
         if found:
             self.room_made += 1
         return found
+
+    cdef int _release(self, vector[Py_ssize_t]& taken, bint logging) except -1:
+        """Free c_make_room's reservations (not logged: they were not) and clear them."""
+        cdef Py_ssize_t off
+        self.arena.logging = False
+        try:
+            for off in taken:
+                self.arena.c_free(<size_t>off)
+        finally:
+            self.arena.logging = logging
+        taken.clear()
+        return 0
 
     def make_room(self, int o, sizes):
         """c_make_room for op o and allocations of sizes (bytes); whether room was made."""
@@ -1134,7 +1170,7 @@ cdef class Engine(Evictor):
                 "cost_total": self.cost_total, "eager_evictions": self.eager_evictions,
                 "demotions": self.demotions, "releases": self.releases, "moves": self.moves,
                 "held": self.held_count, "clock": self.now, "lower_bound_bytes": self.bound_bytes,
-                "room_made": self.room_made}
+                "room_made": self.room_made, "compactions": self.compactions}
 
     def stats(self):
         """One dict, one name per figure: the engine's counters, the arena's, and the compute

@@ -9,6 +9,7 @@ recomputes at C speed (coop._replay.SizeExecutor).
 """
 from cpython.ref cimport Py_REFCNT
 from libc.math cimport INFINITY
+from libc.string cimport memmove
 from libc.stdint cimport int64_t
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -148,6 +149,9 @@ cdef class ArrayExecutor(Executor):
         # memory moves inside the arena: numpy.copyto on the host; on a device, a
         # device-to-device copy on the current stream (backends that can adopt a piece)
         self.can_move = self.host or hasattr(backend, "adopt_at")
+        # a window compacted in place (memmove semantics) on the host only: a device's
+        # overlapping copy is not done here, so the CuPy executor refuses slides
+        self.can_slide = self.host
 
     def constant(self, runtime, data, dtype):
         """A constant holding a copy of data, placed first fit from the low end: (its view,
@@ -427,6 +431,38 @@ cdef class ArrayExecutor(Executor):
     cpdef int moved(self) except -1:
         self.moved_out.clear()
         return 0
+
+    cpdef bint slide(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
+        """Host only: move sid's bytes down from offset src to dst (overlapping: memmove) under
+        a new memory array at dst; the old array dies at once, freeing nothing (the arena slides
+        the piece). Refused (False) as relocate refuses, or off the host."""
+        cdef object memory = self.arrays[sid] if sid < len(self.arrays) else None
+        if not self.host or memory is None or Py_REFCNT(memory) > 2:
+            return False
+        cdef object base = memory.base
+        if base is not None and Py_REFCNT(base) > 2:
+            return False
+        del base
+        if not memory.flags.c_contiguous:
+            return False
+        backend = self.backend
+        with self._placing(EXPENSIVE):
+            backend.place_next_at(dst)
+            try:
+                moved = numpy.empty_like(memory, order="C")
+            finally:
+                backend.place_next_at(-1)
+        cdef size_t start = backend.base
+        if _data_ptr(moved, True) != start + <size_t>dst:
+            return False          # NumPy allocated nothing (or elsewhere): the copy stays out
+        memmove(<void*>(start + <size_t>dst), <const void*>(start + <size_t>src), memory.nbytes)
+        backend.skip_next_free(src)
+        self.arrays[sid] = moved
+        del memory                # its last reference: the old array dies, freeing nothing
+        if backend.skipping_free():
+            backend.skip_next_free(-1)
+            raise RuntimeError(f"storage {sid}'s old memory outlived its slide")
+        return True
 
     cpdef int forget(self, int sid) except -1:
         if sid < len(self.arrays):

@@ -82,6 +82,7 @@ cdef class HostBackend:
     cdef long long n_slow              # allocations that went through allocate_or_evict
     cdef long long n_foreign           # frees/reallocs of memory outside the buffer (ignored)
     cdef Py_ssize_t next_at            # >= 0: the next allocation takes this used piece (a move)
+    cdef Py_ssize_t skip_free          # >= 0: the next free of memory at this offset frees nothing
 
     def __cinit__(self, nbytes, alignment=64):
         self.arena = Arena(nbytes, alignment)
@@ -89,6 +90,7 @@ cdef class HostBackend:
         cdef void* mem = NULL
         cdef size_t align = max(self.arena.alignment, sizeof(void*))
         self.next_at = -1
+        self.skip_free = -1
         if posix_memalign(&mem, align, self.arena.capacity) != 0:
             raise MemoryError(f"coop: cannot reserve the {self.arena.capacity}-byte host arena")
         self.buf = <char*>mem
@@ -184,6 +186,15 @@ cdef class HostBackend:
         offset, already taken in the arena (a move's destination: the array allocated gets
         it, and frees it when it dies); -1 cancels."""
         self.next_at = offset
+
+    def skip_next_free(self, Py_ssize_t offset):
+        """The next free through the handler of memory at offset frees no piece (a slid
+        storage's old array: its piece moved down under a new array); -1 cancels.
+        skipping_free() says whether it is still pending."""
+        self.skip_free = offset
+
+    def skipping_free(self):
+        return self.skip_free >= 0
 
     def array_at(self, Py_ssize_t offset, Py_ssize_t nbytes):
         """A flat uint8 array over nbytes of the buffer at offset (it keeps the backend alive,
@@ -351,6 +362,9 @@ cdef void _free(void* ctx, void* ptr, size_t size) noexcept with gil:
     cdef HostBackend backend = <HostBackend>ctx
     backend.n_free += 1
     if ptr == NULL:
+        return
+    if backend.skip_free >= 0 and <char*>ptr == backend.buf + backend.skip_free:
+        backend.skip_free = -1
         return
     cdef size_t size_in_arena
     cdef int slot

@@ -177,8 +177,12 @@ cdef class SizeExecutor(Executor):
 
     def __cinit__(self, *args, **kwargs):
         self.can_move = True       # no bytes to copy: a move is the arena's bookkeeping
+        self.can_slide = True
 
     cpdef bint relocate(self, int s, Py_ssize_t src, Py_ssize_t dst) except -1:
+        return True
+
+    cpdef bint slide(self, int s, Py_ssize_t src, Py_ssize_t dst) except -1:
         return True
 
     cpdef int run(self, int o) except -1:

@@ -107,7 +107,8 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
     searches, search_time (s), fragmentation_rate, largest_free_ratio, window_moves,
     bytes_moved, move_cost (coop's moves: docs/core.md, Moving; the cost is in compute_overhead),
-    room_made (times coop moved a kernel's inputs to make room for it),
+    room_made (times coop moved a kernel's inputs to make room for it), compactions (those
+    times it compacted one window to do so),
     peak_used_bytes, records, wall_time (s), records_per_s, and the budget in bytes and as a
     ratio. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
     is broken).
@@ -173,6 +174,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "largest_free_ratio": stats["largest_free_ratio"],
         "window_moves": stats["window_moves"],
         "room_made": counters["room_made"],
+        "compactions": counters["compactions"],
         "bytes_moved": stats["bytes_moved"],
         "move_cost": stats["move_cost"],
         "peak_used_bytes": stats["peak_used_bytes"],

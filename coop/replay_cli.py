@@ -25,6 +25,7 @@ ROWS = [  # (label, key, format)
     ("bytes evicted", "bytes_evicted", "{:,}"),
     ("moves", "window_moves", "{:,}"),
     ("room made for kernels", "room_made", "{:,}"),
+    ("  of which by compaction", "compactions", "{:,}"),
     ("bytes moved", "bytes_moved", "{:,}"),
     ("move cost", "move_cost", "{:,.1f}"),
     ("recomputes", "recomputes", "{:,}"),
