@@ -185,7 +185,7 @@ def test_a_host_kernel_runs_after_its_inputs_slide_and_every_byte_is_kept():
         xs.append(rt.tensor(v))
         gaps.append(rt.tensor(np.zeros(256, np.float32)))
     del gaps
-    double = coop.Kernel(lambda x: x + x, name="double")
+    double = coop.Kernel(lambda x: x + x, name="double", cls=coop.EXPENSIVE)   # low end first
     cs = [rt.apply(double, x) for x in xs]
     assert rt.arena.pieces() == [(i * KIB, KIB, False, i) for i in range(8)]
     cat = coop.Kernel(lambda a, b, c, d: np.concatenate([a[:192], b[:192], c[:192], d[:192]]),
