@@ -10,7 +10,8 @@ down to `--min-ratio`; always 1.0, 0.5 and 0.3; the sweep stops at the first rat
 every policy fails), a fresh run at int(r * P) bytes.
 
 Reports, per run: the peak arena bytes, wall time, compute overhead (docs/design.md: op cost
-executed incl. recomputes / op cost of the unlimited run), evictions, recomputes, and whether
+executed incl. recomputes / op cost of the unlimited run), evictions, recomputes, the pieces
+coop's window moved and how often it made room for a kernel by moving its inputs, and whether
 the losses and the final parameters are bit-identical to the unlimited run's; "OOM" when the run
 cannot fit. The lowest ratio that completes per policy is printed. A PNG (`--out`) plots
 compute overhead against the budget ratio, one line per policy.
@@ -109,6 +110,7 @@ def main(argv=None):
                 peak=stats["peak_used_bytes"], wall=wall,
                 overhead=stats["cost_total"] / base[2]["cost_first"],
                 evictions=stats["evictions"], recomputes=stats["recomputes"],
+                moves=stats["window_moves"], room=stats["room_made"],
                 identical=identical((losses, state), base[:2]))))
             bar.set_postfix(policy=policy, ratio=ratio)
         if failed == len(opts.policies) and ratio <= 0.3 + 1e-9:
@@ -116,7 +118,8 @@ def main(argv=None):
     bar.close()
 
     header = (f"{'policy':<6} {'ratio':>5} {'budget MiB':>10} {'peak MiB':>9} {'wall s':>7} "
-              f"{'overhead':>8} {'evictions':>9} {'recomputes':>10} {'bit-identical':>13}")
+              f"{'overhead':>8} {'evictions':>9} {'recomputes':>10} {'moves':>6} {'room':>5} "
+              f"{'bit-identical':>13}")
     print(header)
     print("-" * len(header))
     for policy, ratio, row in sorted(rows, key=lambda r: (opts.policies.index(r[0]), -r[1])):
@@ -126,7 +129,8 @@ def main(argv=None):
             continue
         print(f"{policy:<6} {ratio:>5.2f} {budget:>10.2f} {row['peak'] / MB:>9.2f} "
               f"{row['wall']:>7.2f} {row['overhead']:>8.3f} {row['evictions']:>9,} "
-              f"{row['recomputes']:>10,} {str(row['identical']):>13}")
+              f"{row['recomputes']:>10,} {row['moves']:>6,} {row['room']:>5,} "
+              f"{str(row['identical']):>13}")
     lowest = {}
     for policy, ratio, row in rows:
         if row is not None:

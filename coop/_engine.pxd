@@ -95,6 +95,7 @@ cdef class Engine(Evictor):
     cdef void _demote(self, int s) noexcept
     cdef int _recompute(self, int o) except -1
     cdef int _make_room(self, int o) except -1
+    cdef int _moved_to(self, int s, size_t dst) except -1
     cdef bint c_make_room(self, int o, vector[size_t]& need) except -1
     cdef int _release(self, vector[Py_ssize_t]& taken, bint logging) except -1
     cdef int _evict_eagerly(self, int s) except -1

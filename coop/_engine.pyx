@@ -231,6 +231,11 @@ cdef class Engine(Evictor):
         cdef int s = <int>arena.c_sid(slot)
         if self.held[s] or not self.executor.relocate(s, <Py_ssize_t>src, <Py_ssize_t>dst):
             return 0
+        return self._moved_to(s, dst)
+
+    cdef int _moved_to(self, int s, size_t dst) except -1:
+        """s now lives at dst: the copy (bytes times move_rate) is charged as executed cost and
+        advances the clock."""
         self.offset[s] = <Py_ssize_t>dst
         cdef double c = <double>self.arena.request_size(self.size[s]) * self.move_rate
         self.cost_total += c
@@ -247,11 +252,7 @@ cdef class Engine(Evictor):
         cdef int s = <int>arena.c_sid(slot)
         if self.held[s] or not self.executor.slide(s, <Py_ssize_t>src, <Py_ssize_t>dst):
             return 0
-        self.offset[s] = <Py_ssize_t>dst
-        cdef double c = <double>self.arena.request_size(self.size[s]) * self.move_rate
-        self.cost_total += c
-        self.now += c
-        return 1
+        return self._moved_to(s, dst)
 
     cdef int _drop(self, int s) except -1:
         """Free resident s's memory through the executor; one it cannot free (held by a user's

@@ -394,14 +394,8 @@ cdef class ArrayExecutor(Executor):
         a copy from the old one (numpy.copyto; on a device, a device-to-device copy on the
         current stream), which dies in moved() (freeing src). Refused (False) when something
         else holds the memory (as drop) or it is not C-contiguous."""
-        cdef object memory = self.arrays[sid] if sid < len(self.arrays) else None
-        if memory is None or Py_REFCNT(memory) > 2:
-            return False
-        cdef object base = memory.base
-        if base is not None and Py_REFCNT(base) > 2:
-            return False
-        del base
-        if not memory.flags.c_contiguous:
+        cdef object memory = self._movable(sid)
+        if memory is None:
             return False
         backend = self.backend
         if not self.host:
@@ -415,12 +409,7 @@ cdef class ArrayExecutor(Executor):
             self.arrays[sid] = moved
             self.moved_out.append(memory)
             return True
-        with self._placing(EXPENSIVE):
-            backend.place_next_at(dst)
-            try:
-                moved = numpy.empty_like(memory, order="C")
-            finally:
-                backend.place_next_at(-1)
+        moved = self._host_array_at(memory, dst)
         if backend.offset_of(moved) != dst:
             return False          # NumPy allocated nothing (or elsewhere): the copy stays out
         numpy.copyto(moved, memory, casting="no")
@@ -432,26 +421,42 @@ cdef class ArrayExecutor(Executor):
         self.moved_out.clear()
         return 0
 
-    cpdef bint slide(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
-        """Host only: move sid's bytes down from offset src to dst (overlapping: memmove) under
-        a new memory array at dst; the old array dies at once, freeing nothing (the arena slides
-        the piece). Refused (False) as relocate refuses, or off the host."""
+    cdef object _movable(self, int sid):
+        """sid's memory array when only the executor holds it (as drop asks) and it is
+        C-contiguous; None when it may not move."""
         cdef object memory = self.arrays[sid] if sid < len(self.arrays) else None
-        if not self.host or memory is None or Py_REFCNT(memory) > 2:
-            return False
+        if memory is None or Py_REFCNT(memory) > 2:     # the list's and `memory`'s only
+            return None
         cdef object base = memory.base
         if base is not None and Py_REFCNT(base) > 2:
-            return False
+            return None
         del base
         if not memory.flags.c_contiguous:
-            return False
+            return None
+        return memory
+
+    cdef object _host_array_at(self, object memory, Py_ssize_t dst):
+        """A new C-ordered host array like memory, placed at offset dst (a free piece) unless
+        NumPy allocates nothing (an empty array): the caller checks where it landed."""
         backend = self.backend
         with self._placing(EXPENSIVE):
             backend.place_next_at(dst)
             try:
-                moved = numpy.empty_like(memory, order="C")
+                return numpy.empty_like(memory, order="C")
             finally:
                 backend.place_next_at(-1)
+
+    cpdef bint slide(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
+        """Host only: move sid's bytes down from offset src to dst (overlapping: memmove) under
+        a new memory array at dst; the old array dies at once, freeing nothing (the arena slides
+        the piece). Refused (False) as relocate refuses, or off the host."""
+        if not self.host:
+            return False
+        cdef object memory = self._movable(sid)
+        if memory is None:
+            return False
+        backend = self.backend
+        moved = self._host_array_at(memory, dst)
         cdef size_t start = backend.base
         if _data_ptr(moved, True) != start + <size_t>dst:
             return False          # NumPy allocated nothing (or elsewhere): the copy stays out
