@@ -3,9 +3,10 @@
 a. allocate/free pairs per second on a mixed sequence: sizes from 64 B to 4 MiB (log-uniform),
    both placement classes, about --live pieces live at a time (Python call overhead included,
    as the runtime sees it);
-b. one `coop` window search (`choose_victims(n, "coop", now)`) on a fragmented arena of N
+b. one `coop` window search (`choose_plan(n, "coop", now)`) on a fragmented arena of N
    evictable storages (chained neighbours, random costs and access times, 1% of the pieces
    freed as holes) for a request of eight of the largest pieces: it should grow linearly in N;
+   again with moving on (a finite move cost, 1% of the pieces unevictable but movable);
 c. one `allocate_or_evict` of a large request (5% of the arena) on an arena full of small,
    scattered victims, under `coop` (one window) and `dtr` (one storage per search, until a
    contiguous range appears); the arena is rebuilt before each repeat.
@@ -111,12 +112,24 @@ def fragmented_arena(arena_type, n, min_bytes, max_bytes, holes, seed):
     return arena, offsets, 2000.0
 
 
-def search_time(arena_type, n, repeat, seed):
-    """Median microseconds of one coop window search on an n-piece fragmented arena."""
-    arena, _, now = fragmented_arena(arena_type, n, 64, 4096, max(n // 100, 1), seed)
+#: b with moving on: the cost of moving a byte (h of these pieces is 1e-4 to 1e-2: a 4 KiB
+#: piece moves for 4e-3), and the share of the pieces that are walls only moving passes
+MOVE_COST = 1e-6
+WALLS = 0.01
+
+
+def search_time(arena_type, n, repeat, seed, moving=False):
+    """Median microseconds of one coop window search on an n-piece fragmented arena; moving:
+    with a finite move cost and 1% of the pieces unevictable but movable (constants)."""
+    arena, offsets, now = fragmented_arena(arena_type, n, 64, 4096, max(n // 100, 1), seed)
+    if moving:
+        arena.move_cost = MOVE_COST
+        rng = np.random.default_rng(seed + 1)
+        for sid in rng.choice(sorted(offsets), max(int(WALLS * len(offsets)), 1), replace=False):
+            arena.set_evictable(int(sid), False)
     request = 8 * 4096
-    assert arena.choose_victims(request, "coop", now), "no window found"
-    return median_time(lambda: arena.choose_victims(request, "coop", now), repeat, 0.02) * 1e6
+    assert arena.choose_plan(request, "coop", now)["pieces"], "no window found"
+    return median_time(lambda: arena.choose_plan(request, "coop", now), repeat, 0.02) * 1e6
 
 
 def evict_once(arena_type, n, policy, seed):
@@ -143,7 +156,7 @@ def median_dict(rows):
 
 def plot_search(sizes, results, path):
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for name, marker in (("coop.Arena", "o"), ("ReferenceArena", "s")):
+    for name, marker in (("coop.Arena", "o"), ("moving", "^"), ("ReferenceArena", "s")):
         points = [(n, results[n][name]) for n in sizes if results[n].get(name) is not None]
         if points:
             ax.loglog(*zip(*points), marker=marker, label=name)
@@ -151,7 +164,7 @@ def plot_search(sizes, results, path):
     ax.loglog(sizes, [results[first]["coop.Arena"] * n / first for n in sizes], "k:",
               label="linear in N")
     ax.set(xlabel="pieces N", ylabel="microseconds per window search",
-           title="coop window search (choose_victims)")
+           title="coop window search (choose_plan)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -195,18 +208,22 @@ def main(argv=None):
     sizes = args.sizes
     results = {}
     for n in tqdm(sizes, desc="b. window search", leave=False):
-        results[n] = {"coop.Arena": search_time(coop.Arena, n, args.repeat, args.seed)}
+        results[n] = {"coop.Arena": search_time(coop.Arena, n, args.repeat, args.seed),
+                      "moving": search_time(coop.Arena, n, args.repeat, args.seed, True)}
         results[n]["ReferenceArena"] = (search_time(Reference, n, args.repeat, args.seed)
                                         if n <= args.ref_max_n else None)
-    print("b. coop window search, microseconds per choose_victims (median)")
-    print(f"   {'N':>8}{'coop.Arena':>14}{'us/piece':>10}{'ReferenceArena':>16}{'ratio':>9}")
+    print("b. coop window search, microseconds per choose_plan (median); moving: move cost "
+          f"{MOVE_COST:g} per byte, {WALLS:.0%} of the pieces movable walls")
+    print(f"   {'N':>8}{'coop.Arena':>14}{'us/piece':>10}{'moving':>10}{'ReferenceArena':>16}"
+          f"{'ratio':>9}")
     for n in sizes:
         fast, slow = results[n]["coop.Arena"], results[n]["ReferenceArena"]
         slow_text = f"{slow:>16.1f}{slow / fast:>8.0f}x" if slow else f"{'(skipped)':>16}{'':>9}"
-        print(f"   {n:>8}{fast:>14.2f}{fast / n:>10.4f}{slow_text}")
-    slope = np.polyfit(np.log(sizes), np.log([results[n]["coop.Arena"] for n in sizes]), 1)[0]
-    verdict = "linear" if slope < 1.25 else "SUPERLINEAR: the scan should be O(N)"
-    print(f"   log-log slope of coop.Arena: {slope:.2f} (1.0 = linear in N): {verdict}")
+        print(f"   {n:>8}{fast:>14.2f}{fast / n:>10.4f}{results[n]['moving']:>10.2f}{slow_text}")
+    for key in ("coop.Arena", "moving"):
+        slope = np.polyfit(np.log(sizes), np.log([results[n][key] for n in sizes]), 1)[0]
+        verdict = "linear" if slope < 1.25 else "SUPERLINEAR: the scan should be O(N)"
+        print(f"   log-log slope of {key}: {slope:.2f} (1.0 = linear in N): {verdict}")
     if any(n > args.ref_max_n for n in sizes):
         print(f"   the reference is brute force and was measured only up to N = {args.ref_max_n}")
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -277,9 +277,9 @@ cdef class ArrayExecutor(Executor):
         cdef list arrays = self.arrays
         cdef View v
         cdef list ins
-        cdef int attempt
+        cdef int retries = 2
         try:
-            for attempt in range(3):
+            while True:
                 ins = []
                 for v in rec.inputs:      # the engine made them resident
                     ins.append(arrays[v.sid] if v.natural else build_view(self.xp, arrays[v.sid], v))
@@ -290,13 +290,14 @@ cdef class ArrayExecutor(Executor):
                     # the kernel holds its inputs while it runs: under a policy that moves, it
                     # is aborted and run again (up to twice) after coop moved its inputs out of
                     # the way of the failed request (Engine.make_room); pure kernels only
-                    if attempt == 2 or rec.kernel.inplace is not None \
+                    if retries == 0 or rec.kernel.inplace is not None \
                             or not engine.move_rate < INFINITY:
                         raise
                     request = err.request
                 ins = None                # the arrays go, so that the inputs can move
+                retries -= 1
                 if not self._retry(o, request):
-                    attempt = 2
+                    retries = 0           # no room made: its last run fails as it would have
             del ins
             placed = self.adopt(outs, placement, [v.sid for v in rec.inputs])
             rec.outputs = [(x.shape, x.dtype) for x in outs]
