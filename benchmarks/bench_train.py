@@ -2,7 +2,7 @@
 
 Workload: the model, corpus and batches of examples/train_gpt.py (imported from it: the same
 code; its defaults unless changed here: 4 layers, 4 heads, d_model 64, block 64, batch 16,
-AdamW), trained `--steps` steps with the deterministic CPU cost model (`cost="cpu"`), so every
+AdamW), trained `--steps` steps with a deterministic cost model (`--cost`, default "cpu"), so every
 eviction decision, and the whole run, is reproducible. First an unlimited run (`--probe-budget`)
 gives the peak arena use P, the losses and the final parameters. Then, for each policy (coop,
 dtr, dte) and each budget ratio r in 1.0, 0.5, 0.45, 0.4, ..., 0.3, 0.25, ... (steps of 0.05,
@@ -68,6 +68,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--policies", nargs="+", default=["coop", "dtr", "dte"])
     p.add_argument("--min-ratio", type=float, default=0.05)
+    p.add_argument("--cost", default="cpu",
+                   help="the runtime's cost model (cpu; a device's spec, e.g. a100-80gb)")
     p.add_argument("--out", default="bench_out/bench_train.png")
     p.add_argument("--model", nargs="*", default=[],
                    help="extra options for examples/train_gpt.py's parser, e.g. --layers 2")
@@ -76,12 +78,12 @@ def main(argv=None):
           " ".join(sys.argv[1:] if argv is None else argv))
 
     example = load_example()
-    args = example.parser().parse_args(["--cost", "cpu", "--backend", "numpy", *opts.model])
+    args = example.parser().parse_args(["--cost", opts.cost, "--backend", "numpy", *opts.model])
     text, modules = example.build_corpus()
     data = example.CharData(text, args.val_fraction)
     print(f"corpus: docstrings of {len(modules)} stdlib modules ({len(text):,} chars), vocab "
           f"{data.vocab}; GPT layers={args.layers} heads={args.heads} d_model={args.d_model} "
-          f"block={args.block} batch={args.batch}; {opts.steps} steps, cost model cpu")
+          f"block={args.block} batch={args.batch}; {opts.steps} steps, cost model {args.cost}")
 
     base = run_once(example, args, data, args.probe_budget, opts.steps)
     peak = base[2]["peak_used_bytes"]
@@ -151,7 +153,7 @@ def main(argv=None):
     ax.set_ylabel("compute overhead")
     ax.invert_xaxis()
     ax.legend()
-    ax.set_title(f"char GPT, {opts.steps} AdamW steps, cost model cpu")
+    ax.set_title(f"char GPT, {opts.steps} AdamW steps, cost model {args.cost}")
     fig.tight_layout()
     os.makedirs(os.path.dirname(opts.out) or ".", exist_ok=True)
     fig.savefig(opts.out, dpi=110)
