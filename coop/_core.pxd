@@ -138,6 +138,7 @@ cdef class Arena:
     cdef Py_ssize_t plan_len            # its number of pieces
 
     cdef int _new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept
+    cdef void _split_low(self, int idx, size_t size) noexcept
     cdef void _drop_piece(self, int idx) noexcept
     cdef inline void _index_free(self, int idx) noexcept
     cdef inline void _unindex_free(self, int idx) noexcept

@@ -115,6 +115,19 @@ cdef class Arena:
 
     # ---- pieces -------------------------------------------------------------------------------
 
+    cdef void _split_low(self, int idx, size_t size) noexcept:
+        """Piece idx (out of the free index) keeps its low size bytes; the rest becomes a new
+        free piece after it, indexed."""
+        cdef Piece* p = &self.pieces_[idx]
+        cdef int rest = self._new_piece(p.offset + size, p.size - size, idx, p.next, True)
+        p = &self.pieces_[idx]           # _new_piece may move the pieces
+        if p.next >= 0:
+            self.pieces_[p.next].prev = rest
+        p.next = rest
+        p.size = size
+        self._index_free(rest)
+        self.n_pieces += 1
+
     cdef int _new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept:
         cdef int idx
         if self.piece_pool >= 0:
@@ -187,7 +200,6 @@ cdef class Arena:
         else:
             idx = self.by_offset[deref_offset(it)]
         cdef Piece* p = &self.pieces_[idx]
-        cdef int rest
         cdef int used = idx
         self._unindex_free(idx)
         if p.size > size:
@@ -202,14 +214,7 @@ cdef class Arena:
                 self._index_free(idx)
                 self.n_pieces += 1
             else:
-                rest = self._new_piece(p.offset + size, p.size - size, idx, p.next, True)
-                p = &self.pieces_[idx]
-                if p.next >= 0:
-                    self.pieces_[p.next].prev = rest
-                p.next = rest
-                p.size = size
-                self._index_free(rest)
-                self.n_pieces += 1
+                self._split_low(idx, size)
         p = &self.pieces_[used]
         p.free = False
         _entry_mirror(self, idx)     # a new piece's entry is written as it is linked
@@ -1505,18 +1510,11 @@ cdef class Arena:
                 or self.pieces_[deref(it).second].size < size):
             raise ValueError(f"move of storage {sid} ({size} bytes) to offset {dst}: no free "
                              f"piece of at least {size} bytes starts there")
-        cdef int idx = deref(it).second, rest
-        cdef Piece* p = &self.pieces_[idx]
+        cdef int idx = deref(it).second
         self._unindex_free(idx)
-        if p.size > size:
-            rest = self._new_piece(p.offset + size, p.size - size, idx, p.next, True)
-            p = &self.pieces_[idx]
-            if p.next >= 0:
-                self.pieces_[p.next].prev = rest
-            p.next = rest
-            p.size = size
-            self._index_free(rest)
-            self.n_pieces += 1
+        if self.pieces_[idx].size > size:
+            self._split_low(idx, size)
+        cdef Piece* p = &self.pieces_[idx]
         p.free = False
         _entry_mirror(self, idx)
         self.used_bytes += size

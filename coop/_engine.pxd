@@ -70,6 +70,7 @@ cdef class Engine(Evictor):
     cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
     cdef readonly long long copies     # old values copied by in-place ops (any rule)
     cdef readonly long long room_made  # times coop made room for a kernel by moving its inputs
+    cdef int retries_left              # reruns left to the running first run (c_retry)
     cdef readonly long long compactions   # ... of them by compacting one window (c_compact)
 
     # storages
@@ -105,6 +106,7 @@ cdef class Engine(Evictor):
     cdef int c_begin(self, vector[int]& inputs, int placement, int tag) except -1
     cdef int c_output(self, int o, int64_t nbytes, Py_ssize_t off) except -1
     cdef int c_first_output(self, int o, int64_t nbytes) except -1
+    cdef bint c_retry(self, int o, size_t request) except -1
     cdef int c_alias(self, int o) except -1
     cdef int c_finish(self, int o) except -1
     cdef int c_prepare_inplace(self, int o, vector[int]& mutated) except -1

@@ -560,6 +560,7 @@ cdef class Engine(Evictor):
             if s < 0 or s >= <int>self.alive.size() or not self.alive[s]:
                 raise ValueError(f"input storage {s} does not exist")
         cdef int o = self._new_op()
+        self.retries_left = 2
         self.op_in[o] = inputs
         self.cost[o] = 0.0
         self.placement_of[o] = placement if self.partition or placement == PLACE_LOWEST \
@@ -601,20 +602,39 @@ cdef class Engine(Evictor):
 
     cdef int c_first_output(self, int o, int64_t nbytes) except -1:
         """c_output placed now, for a kernel that allocates its outputs before any work (a
-        simulated or replayed op): when the policy moves and the allocation fails, the kernel
-        is aborted (nothing done yet) and runs again once after c_make_room moved its inputs
-        out of the way; the live runtime retries a real kernel the same way (docs/core.md,
-        "Moving")."""
+        simulated or replayed op): a failed allocation may run the kernel again (c_retry)."""
+        while True:
+            try:
+                return self.c_output(o, nbytes, -1)
+            except OutOfMemoryError as err:
+                if not self.c_retry(o, err.request):
+                    raise
+
+    @property
+    def may_retry(self):
+        """Whether the running first run may be aborted and run again (c_retry)."""
+        return self.retries_left > 0 and self.move_rate < INFINITY
+
+    cdef bint c_retry(self, int o, size_t request) except -1:
+        """The running first run of o failed to allocate request bytes while its kernel held
+        its inputs (walls). Under a policy that moves, and at most twice per first run, the
+        kernel is aborted and runs again (True) after c_make_room made room for the request
+        with o's inputs movable (docs/core.md, "Moving"); when no room could be made it runs
+        once more, failing as it would have. The caller frees what the failed attempt holds
+        first. The one rule for replays (c_first_output, host traces' kernel allocations) and
+        live runs (the array executor's first run)."""
+        if not (self.retries_left > 0 and self.move_rate < INFINITY):
+            return False
+        self.retries_left -= 1
         cdef vector[size_t] need
-        try:
-            return self.c_output(o, nbytes, -1)
-        except OutOfMemoryError:
-            if not self.move_rate < INFINITY:
-                raise
-            need.push_back(self.arena.request_size(<size_t>nbytes))
-            if not self.c_make_room(o, need):
-                raise
-        return self.c_output(o, nbytes, -1)
+        need.push_back(self.arena.request_size(request))
+        if not self.c_make_room(o, need):
+            self.retries_left = 0
+        return True
+
+    def retry(self, int o, request):
+        """c_retry for a live kernel's failed allocation of request bytes."""
+        return self.c_retry(o, request)
 
     cdef int c_alias(self, int o) except -1:
         """An output of o that views one of its inputs (no new memory)."""

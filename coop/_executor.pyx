@@ -274,10 +274,10 @@ cdef class ArrayExecutor(Executor):
         elapsed time, or runtime._cost), and return (their views, the cost). A failure
         before the engine has the outputs aborts the op."""
         cdef Engine engine = self.engine
+        cdef Arena arena = engine.arena
         cdef list arrays = self.arrays
         cdef View v
         cdef list ins
-        cdef int retries = 2
         try:
             while True:
                 ins = []
@@ -287,17 +287,16 @@ cdef class ArrayExecutor(Executor):
                     outs, elapsed = self.call(rec, ins, placement)
                     break
                 except OutOfMemoryError as err:
-                    # the kernel holds its inputs while it runs: under a policy that moves, it
-                    # is aborted and run again (up to twice) after coop moved its inputs out of
-                    # the way of the failed request (Engine.make_room); pure kernels only
-                    if retries == 0 or rec.kernel.inplace is not None \
-                            or not engine.move_rate < INFINITY:
+                    # the kernel holds its inputs while it runs: a pure one may be aborted and
+                    # run again once its arrays are gone (Engine.c_retry)
+                    if rec.kernel.inplace is not None or not engine.may_retry:
                         raise
                     request = err.request
                 ins = None                # the arrays go, so that the inputs can move
-                retries -= 1
-                if not self._retry(o, request):
-                    retries = 0           # no room made: its last run fails as it would have
+                if arena.logging:         # only the last attempt's allocations are the kernel's
+                    arena.take_log()
+                    arena.start_log()
+                engine.retry(o, request)
             del ins
             placed = self.adopt(outs, placement, [v.sid for v in rec.inputs])
             rec.outputs = [(x.shape, x.dtype) for x in outs]
@@ -308,16 +307,6 @@ cdef class ArrayExecutor(Executor):
         sids = engine.finish_call(o, cost, [(p[1].nbytes, p[2]) for p in placed])
         self.record(o, rec)
         return self.views(runtime, placed, sids), cost
-
-    def _retry(self, int o, request):
-        """Make room for a first run's failed request before it runs again (the arena's log, if
-        one is kept, restarts: only the last attempt's allocations are the kernel's)."""
-        cdef Engine engine = self.engine
-        cdef Arena arena = engine.arena
-        if arena.logging:
-            arena.take_log()
-            arena.start_log()
-        return engine.make_room(o, [request])
 
     def views(self, runtime, list placed, sids):
         """Views of a first run's outputs on their storages (new ones keep the root's memory)."""

@@ -437,27 +437,17 @@ cdef class Replayer:
         return 0
 
     cdef int _first_events(self, int o, int t) except -1:
-        """A first run's host-kernel allocations; under a policy that moves, one that fails
-        frees the kernel's live allocations and runs it again, up to twice, after coop made
-        room for the failed request (the live runtime's retry: docs/core.md, "Moving")."""
+        """A first run's host-kernel allocations; one that fails frees the kernel's live
+        allocations and may run it again (Engine.c_retry)."""
         cdef Engine e = self.engine
-        cdef vector[size_t] need
-        cdef int attempt
-        for attempt in range(3):
+        while True:
             try:
                 self.executor._run_events(t, e.placement_of[o])
                 return 0
             except OutOfMemoryError as err:
-                if attempt == 2 or not e.move_rate < INFINITY:
+                self.executor._free_leftovers()
+                if not e.c_retry(o, err.request):
                     raise
-                request = err.request
-            self.executor._free_leftovers()
-            need.clear()
-            need.push_back(<size_t>request)
-            if not e.c_make_room(o, need):
-                self.executor._run_events(t, e.placement_of[o])    # fails as it would have
-                return 0
-        return 0
 
     cdef int _kernel_events(self, int o, int t) except -1:
         """The allocations and frees of a kernel that leaves no output; what it leaves
