@@ -24,6 +24,17 @@ CHEAP = PLACE_CHEAP
 LOWEST = PLACE_LOWEST   # placement: first fit from the arena's low end (where constants go)
 NO_STORAGE = -1
 LOG_MOVE = -2   # take_log: the code of a move of coop's window, (old, LOG_MOVE, new, size, sid)
+
+
+def log_records(log):
+    """The arena's log (Arena.take_log) as one tuple per event: (offset, nbytes) allocated,
+    (offset, -1) freed, (old offset, LOG_MOVE, new offset, size, storage id) moved."""
+    out, k, n = [], 0, len(log)
+    while k < n:
+        width = 5 if log[k + 1] == LOG_MOVE else 2
+        out.append(tuple(log[k:k + width]))
+        k += width
+    return out
 POLICIES = ("coop", "dtr", "dte", "lru", "size", "none")   # index == PolicyCode
 
 cdef size_t IDEAL_SPACE = (<size_t>1) << 62   # address space of an ideal arena

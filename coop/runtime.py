@@ -13,7 +13,7 @@ import warnings
 
 import numpy
 
-from coop._core import CHEAP, EXPENSIVE, LOG_MOVE
+from coop._core import CHEAP, EXPENSIVE, LOG_MOVE, log_records
 from coop._engine import Engine
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
@@ -467,21 +467,17 @@ def _allocs(log):
     `allocs` (bytes, or ~index for a free) and {offset: index} of those left at its end; frees
     of memory allocated before (evicted storages) and moves of coop's window are not the
     kernel's."""
-    events, live, count, k = [], {}, 0, 0
-    while k < len(log):
-        offset, nbytes = log[k], log[k + 1]
+    events, live, count = [], {}, 0
+    for offset, nbytes, *move in log_records(log):
         if nbytes == LOG_MOVE:       # (old, LOG_MOVE, new, size, sid): the piece is elsewhere
             if offset in live:
-                live[log[k + 2]] = live.pop(offset)
-            k += 5
-            continue
-        if nbytes >= 0:
+                live[move[0]] = live.pop(offset)
+        elif nbytes >= 0:
             events.append(nbytes)
             live[offset] = count
             count += 1
         elif offset in live:
             events.append(~live.pop(offset))
-        k += 2
     return events, live
 
 

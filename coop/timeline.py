@@ -23,7 +23,7 @@ import os
 import tempfile
 from importlib import resources
 
-from coop._core import EXPENSIVE, LOG_MOVE, Arena
+from coop._core import EXPENSIVE, LOG_MOVE, Arena, log_records
 from coop._engine import Thrash
 from coop._replay import Replayer
 from coop.errors import OutOfMemoryError
@@ -145,7 +145,7 @@ class _Log:
         """Pieces from record i's log; then, from the engine, who owns each one placed and why
         each one freed went. A move of coop's window ends its piece and begins one at the new
         range, of the same storage."""
-        records = _records(events)
+        records = log_records(events)
         n = len(records)
         new, closed = [], []
         for k, (offset, nbytes, *move) in enumerate(records):
@@ -239,17 +239,6 @@ class _Log:
         for piece in self.pieces:
             del piece["sid"], piece["origin"]
         return self.pieces
-
-
-def _records(log):
-    """The arena's log (Arena.take_log) as one tuple per event: (offset, nbytes) allocated,
-    (offset, -1) freed, (old offset, LOG_MOVE, new offset, size, storage id) moved."""
-    out, k = [], 0
-    while k < len(log):
-        width = 5 if log[k + 1] == LOG_MOVE else 2
-        out.append(tuple(log[k:k + width]))
-        k += width
-    return out
 
 
 def render(timeline):

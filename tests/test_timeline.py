@@ -14,7 +14,7 @@ import coop
 import coop.replay as R
 from coop import timeline
 from coop.__main__ import main as coop_main
-from coop._core import LOG_MOVE
+from coop._core import LOG_MOVE, log_records
 from coop._replay import Replayer
 from coop.optim import AdamW
 from coop.trace import load
@@ -92,7 +92,7 @@ def whole_log(path, budget, policy="coop-no-move"):
     arena.start_log()
     replayer.run()
     replayer.finish()
-    return [(e[0], e[1]) for e in timeline._records(arena.take_log()) if e[1] >= 0]
+    return [(e[0], e[1]) for e in log_records(arena.take_log()) if e[1] >= 0]
 
 
 def replay_logged(path, budget, policy, log):
@@ -172,7 +172,7 @@ def test_the_log_has_each_move_of_the_window_where_it_happens(move_trace):
     counters; logging changes no decision."""
     arena, replayer, log = replay_logged(move_trace, MOVE_BUDGET, "coop", True)
     assert log == MOVE_LOG
-    moves = [e for e in timeline._records(log) if e[1] == LOG_MOVE]
+    moves = [e for e in log_records(log) if e[1] == LOG_MOVE]
     stats = arena.stats()
     assert (stats["window_moves"], stats["bytes_moved"]) == (len(moves), sum(m[3] for m in moves))
     assert (stats["window_moves"], stats["evictions"]) == (1, 0)
