@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from coop import replay as R
 from coop._core import Arena
-from coop._engine import Thrash
+from coop.errors import Thrash
 from coop._replay import Replayer
 from coop.bench import sweep_ratios
 from coop.errors import OutOfMemoryError

@@ -13,7 +13,7 @@ from coop.autograd import is_grad_enabled, no_grad
 from coop.backends.host import numpy_allocator
 from coop.backends.sim import SimBackend
 from coop.budget import parse_budget
-from coop.errors import OutOfMemoryError
+from coop.errors import CoopError, OutOfMemoryError, Thrash, TraceError
 from coop.kernel import DEVICES, DeviceSpec, Kernel, kernel
 from coop.runtime import POLICY_TABLE, Runtime, apply, get_runtime
 from coop.tensor import Tensor
@@ -24,10 +24,10 @@ _LAZY_SUBMODULES = frozenset({"distributed", "models", "nn", "ops", "optim", "ti
 #: names served by the optional CuPy backend (importing it imports CuPy)
 _CUPY_NAMES = frozenset({"allocator", "CoopMemoryPool"})
 
-__all__ = ["Arena", "CHEAP", "DEVICES", "DeviceSpec", "EXPENSIVE", "Kernel", "NO_STORAGE",
+__all__ = ["Arena", "CHEAP", "CoopError", "DEVICES", "DeviceSpec", "EXPENSIVE", "Kernel", "NO_STORAGE",
            "LOWEST", "OutOfMemoryError", "POLICIES", "POLICY_TABLE", "Runtime", "SimBackend", "Tensor",
            "apply", "get_runtime", "is_grad_enabled", "kernel", "models", "nn", "no_grad",
-           "numpy_allocator", "ops", "optim", "parse_budget"]
+           "numpy_allocator", "ops", "optim", "parse_budget", "Thrash", "TraceError"]
 __version__ = "0.1.0"
 
 

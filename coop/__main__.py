@@ -59,7 +59,7 @@ def main(argv=None):
 
 def _describe(error):
     from coop.errors import OutOfMemoryError
-    from coop.trace import TraceError
+    from coop.errors import TraceError
     text = str(error) or type(error).__name__
     if not isinstance(error, (TraceError, OSError, OutOfMemoryError, UsageError)):
         text = f"{type(error).__name__}: {text}"

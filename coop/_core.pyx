@@ -1658,17 +1658,13 @@ cdef class Arena:
             run += self.pieces_[idx].size
             window = run if run > window else window
             idx = self.pieces_[idx].next
-        err = OutOfMemoryError(
+        return OutOfMemoryError(
             f"coop: cannot allocate {size} bytes under policy {policy!r}: budget {self.capacity} "
             f"bytes, {free_bytes} bytes free, largest free range {largest} bytes, and nothing "
             f"left to evict (pinned or anonymous: {n_pinned} pieces, {pinned} bytes; "
             f"unevictable: {n_walls} pieces, {walls} bytes; the largest range free of them: "
             f"{window} bytes); raise the budget, or free or unpin tensors",
-            size, self.capacity, free_bytes, largest)
-        err.pinned_bytes = pinned
-        err.wall_bytes = walls
-        err.largest_window = window
-        return err
+            size, self.capacity, free_bytes, largest, pinned, walls, window)
 
 
 include "_blocks.pxi"

@@ -28,7 +28,7 @@ from libcpp.vector cimport vector
 
 from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor, policy_code
 
-from coop.errors import OutOfMemoryError
+from coop.errors import OutOfMemoryError, Thrash
 from coop.kernel import DEVICES
 from coop.policies import get_policy
 
@@ -43,10 +43,6 @@ cdef enum:
 #: cost units per byte of copying memory when none is given: the a100-80gb's, in nanoseconds
 #: (coop's recorded traces and DTR's logs count nanoseconds)
 DEFAULT_COPY_COST = DEVICES["a100-80gb"].copy_ns_per_byte
-
-
-class Thrash(Exception):
-    """The cost executed passed the engine's thrash limit."""
 
 
 cdef class Executor:

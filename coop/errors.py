@@ -1,22 +1,54 @@
-"""coop's exceptions."""
+"""coop's exceptions: one base class, ``CoopError``, for everything coop raises on purpose.
+
+The layer below every other: it imports nothing from coop.
+"""
 
 
-class OutOfMemoryError(MemoryError):
-    """No placement and nothing left to evict: the request cannot be served within the budget."""
+class CoopError(Exception):
+    """Base of coop's own errors: ``except coop.CoopError`` catches each of them."""
 
-    def __init__(self, message, request=0, budget=0, free=0, largest_free=0):
+
+class OutOfMemoryError(CoopError, MemoryError):
+    """No placement and nothing left to evict: the request cannot be served within the budget.
+
+    Figures (bytes): ``request``, ``budget``, ``free`` and ``largest_free`` (the largest free
+    range); from the arena's window search, when it raised: ``pinned_bytes`` (held by the running
+    kernel, pinned, or anonymous), ``wall_bytes`` (neither evictable nor movable) and
+    ``largest_window`` (the largest range free of both: what evicting and moving everything else
+    could have freed); None where the search did not run.
+    """
+
+    def __init__(self, message, request=0, budget=0, free=0, largest_free=0,
+                 pinned_bytes=None, wall_bytes=None, largest_window=None):
         super().__init__(message)
         self.request = request
         self.budget = budget
         self.free = free
         self.largest_free = largest_free
-        #: from the arena's window search, when it raised: bytes pinned (held by the running
-        #: kernel) or anonymous, bytes neither evictable nor movable, and the largest range
-        #: free of both (what evicting and moving everything else could have freed)
-        self.pinned_bytes = None
-        self.wall_bytes = None
-        self.largest_window = None
+        self.pinned_bytes = pinned_bytes
+        self.wall_bytes = wall_bytes
+        self.largest_window = largest_window
+
+    def figures(self):
+        """The constructor's arguments after the message, in order (to rebuild or pickle it)."""
+        return (self.request, self.budget, self.free, self.largest_free, self.pinned_bytes,
+                self.wall_bytes, self.largest_window)
+
+    def __reduce__(self):
+        return (type(self), (str(self),) + self.figures())
 
 
-class UsageError(ValueError):
+class Thrash(CoopError):
+    """The cost executed passed the engine's thrash limit (compute overhead above it)."""
+
+
+class TraceError(CoopError, ValueError):
+    """A trace that cannot be read: the message names the file, the line and the problem."""
+
+
+class UsageError(CoopError, ValueError):
     """A command-line argument that cannot be used: the message names it and the fix."""
+
+
+class InternalError(CoopError, RuntimeError):
+    """A broken invariant inside coop (a bug, not a usage error): please report it."""

@@ -11,13 +11,14 @@ import os
 import time
 
 from coop._core import Arena
-from coop._engine import Thrash
+from coop.errors import Thrash
 from coop._replay import Program, Replayer
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
 from coop.kernel import DEVICES
 from coop.policies import POLICIES, get_policy
-from coop.trace import MAX_BYTES, TraceError, load, valid_alignment
+from coop.errors import TraceError
+from coop.trace import MAX_BYTES, load, valid_alignment
 
 __all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
 

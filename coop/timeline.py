@@ -24,7 +24,7 @@ import tempfile
 from importlib import resources
 
 from coop._core import EXPENSIVE, LOG_MOVE, Arena, log_records
-from coop._engine import Thrash
+from coop.errors import Thrash
 from coop._replay import Replayer
 from coop.errors import OutOfMemoryError
 from coop.policies import get_policy

@@ -8,6 +8,7 @@ import math
 import re
 
 from coop._core import EXPENSIVE
+from coop.errors import TraceError
 
 #: the largest size in bytes a trace may give (a value, an allocation): what an arena can hold
 MAX_BYTES = 1 << 62
@@ -127,10 +128,6 @@ class TraceWriter:
 
     def close(self):
         self._file.close()
-
-
-class TraceError(ValueError):
-    """A trace that cannot be read: the message names the file, the line and the problem."""
 
 
 def _int(value):

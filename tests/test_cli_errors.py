@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from coop.__main__ import main
-from coop.trace import TraceError
+from coop.errors import TraceError
 
 GOOD = [{"op": "constant", "id": 0, "size": 4096},
         {"op": "call", "name": "f", "inputs": [0], "outputs": [{"id": 1, "size": 8192}],

@@ -8,7 +8,8 @@ import pytest
 
 import coop
 from coop._core import CHEAP, EXPENSIVE
-from coop._engine import Engine, Thrash
+from coop._engine import Engine
+from coop.errors import Thrash
 from coop._replay import SizeExecutor
 
 KIB = 1024

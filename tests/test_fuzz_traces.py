@@ -3,7 +3,7 @@ recorded from a run, and plain ones; with failed kernels), DTR logs (valid, numb
 garbage bytes) and raw bytes, through coop.replay in-process, `coop replay` in-process and
 `python -m coop replay` as a process.
 
-The property: a clean error (coop.trace.TraceError naming the file, and the line where there is
+The property: a clean error (coop.errors.TraceError naming the file, and the line where there is
 one; for the command one line on stderr and exit status 1 or 2), or runs whose arena passes
 Arena.check() at the end, whose figures are finite, and which complete at ratio 1.0 under
 every policy but none. No crash, no hang (the process has a timeout).
@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, event, given, settings
 
 import coop.replay as R
 from coop.__main__ import main
-from coop.trace import TraceError
+from coop.errors import TraceError
 
 EXAMPLES = int(os.environ.get("COOP_FUZZ_EXAMPLES", "0"))
 

@@ -15,7 +15,8 @@ from coop import ops
 from coop._replay import Replayer
 from coop.models import GPT, paper
 from coop.optim import AdamW
-from coop.trace import TraceError, compile_program, import_dtr
+from coop.errors import TraceError
+from coop.trace import compile_program, import_dtr
 
 POLICIES = list(coop.POLICY_TABLE)
 

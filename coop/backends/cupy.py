@@ -56,20 +56,16 @@ _get_hooks = memory_hook.get_memory_hooks
 class CupyOutOfMemoryError(_CupyOOM, OutOfMemoryError):
     """coop's OutOfMemoryError that CuPy callers also catch as cupy.cuda.memory.OutOfMemoryError."""
 
-    def __init__(self, message, request=0, budget=0, free=0, largest_free=0):
+    def __init__(self, message, *figures):
         # CuPy's __init__(size, total, limit) would write its own message: keep coop's.
-        OutOfMemoryError.__init__(self, message, request, budget, free, largest_free)
+        OutOfMemoryError.__init__(self, message, *figures)
 
-    def __reduce__(self):
-        return (type(self), (str(self), self.request, self.budget, self.free, self.largest_free))
+    __reduce__ = OutOfMemoryError.__reduce__
 
     @classmethod
     def of(cls, err):
         """coop's OutOfMemoryError err as one CuPy callers catch too (every figure kept)."""
-        out = cls(str(err), err.request, err.budget, err.free, err.largest_free)
-        out.pinned_bytes, out.wall_bytes, out.largest_window = (
-            err.pinned_bytes, err.wall_bytes, err.largest_window)
-        return out
+        return cls(str(err), *err.figures())
 
 
 # ---- the driver, in one place (base= pools call none of these; tests replace them) ----------
