@@ -23,17 +23,19 @@ compile_args = ["-O0", "-g", "-D_GLIBCXX_ASSERTIONS"] if DEBUG else ["-O3"]
 
 
 def extension(name, uses_numpy=False):
-    """coop._name from coop/_name.pyx, in C++17; uses_numpy: it cimports NumPy's C API."""
+    """The module coop.<name> (dotted: "engine._engine") from its .pyx, in C++17; uses_numpy:
+    it cimports NumPy's C API."""
     numpy_args = dict(include_dirs=[numpy.get_include()],
                       define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
-    return Extension(f"coop.{name}", [f"coop/{name}.pyx"], language="c++",
+    path = name.replace(".", "/")
+    return Extension(f"coop.{name}", [f"coop/{path}.pyx"], language="c++",
                      extra_compile_args=compile_args + ["-std=c++17"],
                      **(numpy_args if uses_numpy else {}))
 
 
 extensions = [
     extension("_core"),
-    extension("_engine"),
+    extension("engine._engine"),
     extension("_executor", uses_numpy=True),
     extension("_replay"),
     extension("_host", uses_numpy=True),

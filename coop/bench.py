@@ -30,7 +30,7 @@ from tqdm import tqdm
 from coop import replay as R
 from coop.models.paper import PAPER_MODELS, record_trace
 from coop.errors import UsageError
-from coop.policies import POLICIES
+from coop.engine.policies import POLICIES
 
 DEFAULT_POLICIES = ("coop", "dtr", "dte", "lru", "dtr-ideal", "coop-no-move",
                     "coop-no-partition", "coop-no-inplace", "coop-loop")

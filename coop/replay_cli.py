@@ -13,7 +13,7 @@ import sys
 from coop import replay as R
 from coop.budget import parse_budget
 from coop.errors import UsageError
-from coop.policies import POLICIES
+from coop.engine.policies import POLICIES
 from coop.trace import MAX_BYTES, valid_alignment
 
 ROWS = [  # (label, key, format)

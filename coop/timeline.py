@@ -27,7 +27,7 @@ from coop._core import EXPENSIVE, LOG_MOVE, Arena, log_records
 from coop.errors import Thrash
 from coop._replay import Replayer
 from coop.errors import OutOfMemoryError
-from coop.policies import get_policy
+from coop.engine.policies import get_policy
 
 __all__ = ["KINDS", "MARKS", "Timeline", "collect", "recording", "render", "write"]
 

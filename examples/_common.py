@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import coop  # noqa: E402
-from coop.policies import POLICIES  # noqa: E402
+from coop.engine.policies import POLICIES  # noqa: E402
 from coop.budget import parse_budget  # noqa: E402
 
 MB = 1 << 20

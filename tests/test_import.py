@@ -16,20 +16,18 @@ import pytest
 import coop
 
 #: coop modules `import coop` may load: the core API (arena, runtime, tape, kernels, autograd's
-#: entry points, host and simulation backends, budgets, errors), and what the single residency
-#: engine being introduced brings with it (coop._engine; coop.policies, the policy table;
-#: coop._executor, the array executor; coop._replay, home of the sizes-only executor;
-#: coop.backends.base), should the runtime come to import them
+#: entry points, host and simulation backends, budgets, errors) and the residency engine
+#: (coop.engine: its Cython engine, the policy table, the cost models; coop._executor, the
+#: array executor; coop._replay, home of the sizes-only executor; coop.backends.base)
 CORE_MODULES = frozenset({
     "coop", "coop._core", "coop._host", "coop.arrays", "coop.autograd", "coop.backends",
     "coop.backends.host", "coop.backends.sim", "coop.budget", "coop.errors", "coop.kernel",
-    "coop.residency", "coop.runtime", "coop.tensor",
-    "coop._engine", "coop.policies", "coop._executor", "coop._replay", "coop.backends.base",
+    "coop.runtime", "coop.tensor", "coop.engine", "coop.engine._engine", "coop.engine.policies",
+    "coop.engine.cost", "coop._executor", "coop._replay", "coop.backends.base",
 })
-#: `import coop` loads fewer coop modules than this: 14 at this commit, 18 with the engine's
-#: work in progress (residency gone; _engine, policies, executor, _replay, backends.base in);
-#: it loaded 41 when all nine models, nn, ops and optim came with it
-MAX_COOP_MODULES = 19
+#: `import coop` loads fewer coop modules than this: 20 at this commit; it loaded 41 when all
+#: nine models, nn, ops and optim came with it
+MAX_COOP_MODULES = 21
 #: packages `import coop` must not load (nor anything under them)
 DEFERRED = ("coop.nn", "coop.ops", "coop.optim", "coop.models", "coop.bench", "coop.bench_report",
             "coop.trace", "coop.replay", "coop.replay_cli", "coop.backends.cupy",
