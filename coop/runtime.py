@@ -161,8 +161,8 @@ class Runtime:
 
     def timeline(self, path):
         """Draw the program from now on as a memory timeline, an HTML page at path (a context
-        manager; coop.timeline): recorded, then replayed at this budget and policy on exit."""
-        from coop.timeline import recording
+        manager; coop.trace.timeline): recorded, then replayed at this budget and policy on exit."""
+        from coop.trace.timeline import recording
         return recording(self, path)
 
     def mark_start(self):

@@ -18,22 +18,24 @@ import coop
 #: coop modules `import coop` may load: the core API (arena, runtime, tape, kernels, autograd's
 #: entry points, host and simulation backends, budgets, errors), and what the single residency
 #: engine being introduced brings with it (coop._engine; coop.policies, the policy table;
-#: coop._executor, the array executor; coop._replay, home of the sizes-only executor;
+#: coop._executor, the array executor; coop.trace._replay, home of the sizes-only executor;
 #: coop.backends.base), should the runtime come to import them
 CORE_MODULES = frozenset({
-    "coop", "coop._core", "coop._host", "coop.arrays", "coop.autograd", "coop.backends",
+    "coop", "coop._core", "coop.backends._host", "coop.arrays", "coop.autograd", "coop.backends",
     "coop.backends.host", "coop.backends.sim", "coop.budget", "coop.errors", "coop.kernel",
     "coop.residency", "coop.runtime", "coop.tensor",
-    "coop._engine", "coop.policies", "coop._executor", "coop._replay", "coop.backends.base",
+    "coop._engine", "coop.policies", "coop._executor", "coop.trace", "coop.trace._replay",
+    "coop.backends.base",
 })
 #: `import coop` loads fewer coop modules than this: 14 at this commit, 18 with the engine's
 #: work in progress (residency gone; _engine, policies, executor, _replay, backends.base in);
 #: it loaded 41 when all nine models, nn, ops and optim came with it
-MAX_COOP_MODULES = 19
+MAX_COOP_MODULES = 20
 #: packages `import coop` must not load (nor anything under them)
-DEFERRED = ("coop.nn", "coop.ops", "coop.optim", "coop.models", "coop.bench", "coop.bench_report",
-            "coop.trace", "coop.replay", "coop.replay_cli", "coop.backends.cupy",
-            "coop.__main__", "matplotlib", "tqdm", "cupy", "scipy", "sklearn")
+DEFERRED = ("coop.nn", "coop.ops", "coop.optim", "coop.models", "coop.cli", "coop.trace.compile",
+            "coop.trace.records", "coop.trace.dtr", "coop.trace.writer", "coop.trace.replay",
+            "coop.trace.timeline", "coop.backends.cupy", "coop.__main__", "matplotlib", "tqdm",
+            "cupy", "scipy", "sklearn")
 
 
 def _python(code, *args, check=True):
@@ -133,7 +135,7 @@ def test_the_coop_command_still_works():
 
 
 def test_the_console_script_still_works():
-    # the `coop` script installed next to this interpreter (pyproject: coop.__main__:main)
+    # the `coop` script installed next to this interpreter (pyproject: coop.cli.main:main)
     script = shutil.which("coop", path=str(Path(sys.executable).parent))
     if script is None:
         pytest.skip("no `coop` console script next to this interpreter (not pip-installed)")

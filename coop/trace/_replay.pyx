@@ -294,7 +294,7 @@ cdef class _ReplayExecutor(SizeExecutor):
 
 
 cdef class Replayer:
-    """One replay of a Program under one arena and policy (use coop.replay.replay): each
+    """One replay of a Program under one arena and policy (use coop.trace.replay.replay): each
     record becomes the engine call the runtime would make."""
 
     cdef Program prog
