@@ -20,31 +20,12 @@ from coop.backends.base import Backend
 from coop.engine import Engine
 from coop.engine.cost import DEVICES, DeviceSpec, device_spec
 from coop.engine.policies import POLICIES, get_policy
-from coop.kernel import Kernel, as_kernel, spec_nbytes, specs_of
+from coop.kernel import Kernel, active_runtimes, as_kernel, spec_nbytes, specs_of
 from coop.tensor import Tensor
 
 #: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place): the
 #: records of coop.engine.policies.POLICIES as tuples
 POLICY_TABLE = {name: (p.core, p.partition, p.inplace) for name, p in POLICIES.items()}
-
-_current = []
-
-
-def get_runtime():
-    """The innermost runtime entered with ``with runtime:``."""
-    if not _current:
-        raise RuntimeError("no coop runtime is active: create one, e.g. "
-                           "`with coop.Runtime(coop.numpy_allocator('1GiB')):`")
-    return _current[-1]
-
-
-def apply(kernel, *inputs, **attrs):
-    """Run kernel on coop Tensors (see Runtime.apply); the runtime is the inputs' own."""
-    for t in inputs:
-        if isinstance(t, Tensor):
-            return t._view.runtime.apply(kernel, *inputs, **attrs)
-    return get_runtime().apply(kernel, *inputs, **attrs)
-
 
 class Runtime:
     """The tape and its execution under one backend's budget.
@@ -128,7 +109,7 @@ class Runtime:
     # ---- entering ---------------------------------------------------------------------------
 
     def __enter__(self):
-        _current.append(self)
+        active_runtimes.append(self)
         return self
 
     def _check_owner(self):
@@ -149,7 +130,7 @@ class Runtime:
                 lock.release()
 
     def __exit__(self, *exc):
-        _current.remove(self)
+        active_runtimes.remove(self)
 
     def record(self, path):
         """Record the program from now on into a trace file (a context manager). Entered when
@@ -159,8 +140,8 @@ class Runtime:
 
     def timeline(self, path):
         """Draw the program from now on as a memory timeline, an HTML page at path (a context
-        manager; coop.timeline): recorded, then replayed at this budget and policy on exit."""
-        from coop.timeline import recording
+        manager; coop.trace.timeline): recorded, then replayed at this budget and policy on exit."""
+        from coop.trace.timeline import recording
         return recording(self, path)
 
     def mark_start(self):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop import ops
 from coop._core import CHEAP, EXPENSIVE, LOG_MOVE
 from coop.engine import Engine, SizeExecutor

@@ -1,4 +1,4 @@
-"""The residency engine (coop._engine), tested directly: sizes only, with the engine placing
+"""The residency engine (coop.engine), tested directly: sizes only, with the engine placing
 memory (coop.engine.SizeExecutor), exact counters, and the arena's check() after every step.
 The executors are tested against it elsewhere: the array executor by the runtime's tests,
 the sizes executor by tests/test_replay.py (replays equal to recorded runs)."""

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop._core import CHEAP
 from coop.engine import Engine, SizeExecutor
 from coop.models.unrolled import unrolled_gan_trace

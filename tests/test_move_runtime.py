@@ -6,7 +6,7 @@ import pytest
 from _gradcheck import train_deep_mlp
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop._core import CHEAP, EXPENSIVE
 from coop.engine import Engine, SizeExecutor
 from coop.engine.cost import DEVICES
