@@ -36,7 +36,7 @@ def extension(name, uses_numpy=False):
 extensions = [
     extension("_core"),
     extension("engine._engine"),
-    extension("_executor", uses_numpy=True),
+    extension("_executor"),
     extension("_replay"),
     extension("_host", uses_numpy=True),
     extension("_cupy_pool"),
