@@ -82,6 +82,8 @@ cdef class _Records(_Clock):
     cdef int c_placement(self, int o) noexcept
     cdef int c_tag(self, int o) noexcept
     cdef vector[int] c_inputs(self, int o) noexcept
+    cdef int c_n_outputs(self, int o) noexcept
+    cdef int c_evicted_output(self, int o, int k) noexcept
     cdef int c_evicted_outputs(self, int o, vector[int]& index, vector[int]& storages) except -1
     cdef int c_place(self, int s, int placement) except -1
     cdef Py_ssize_t c_allocate(self, int64_t nbytes, int placement) except -2

@@ -57,7 +57,7 @@ cdef class Executor:
     refusals (and can_move, can_slide False)."""
 
     cpdef int run(self, int op) except -1:
-        """Run op again: give each of its live evicted outputs memory (Engine.c_evicted_outputs,
+        """Run op again: give each of its live evicted outputs memory (Engine.c_evicted_output,
         then c_place or c_bind)."""
         raise NotImplementedError
 

@@ -78,15 +78,26 @@ cdef class _Records(_Clock):
         """o's current input storages (in-place ops redirect them)."""
         return self.op_in[o]
 
+    cdef inline int c_n_outputs(self, int o) noexcept:
+        return self.op_out[o].size()
+
+    cdef inline int c_evicted_output(self, int o, int k) noexcept:
+        """The storage of o's output k if it is live and has no memory (running o again must
+        give it memory), else -1."""
+        cdef int s = self.op_out[o][k]
+        if s >= 0 and self.alive[s] and self.producer[s] == o and self.offset[s] < 0:
+            return s
+        return -1
+
     cdef int c_evicted_outputs(self, int o, vector[int]& index, vector[int]& storages) except -1:
-        """The output index and storage of each of o's live outputs that has no memory: what
-        running o again must give memory to (Executor.run), in output order."""
+        """c_evicted_output of each of o's outputs, now: the output index and storage of each
+        that has no memory, in output order."""
         cdef int k, s
         index.clear()
         storages.clear()
         for k in range(<int>self.op_out[o].size()):
-            s = self.op_out[o][k]
-            if s >= 0 and self.alive[s] and self.producer[s] == o and self.offset[s] < 0:
+            s = self.c_evicted_output(o, k)
+            if s >= 0:
                 index.push_back(k)
                 storages.push_back(s)
         return 0
