@@ -16,12 +16,6 @@ MiB = 1 << 20
 BASE = 0x7F0000000000
 
 
-@pytest.fixture(autouse=True)
-def reset_allocator():
-    yield
-    cupy.cuda.set_allocator(None)
-
-
 def use(pool):
     cupy.cuda.set_allocator(pool)
     return pool

@@ -18,12 +18,6 @@ MAKE = coop.Kernel(lambda xp: xp.empty(1000, dtype=xp.uint8), name="make")
 BASE = 0x7F0000000000
 
 
-@pytest.fixture(autouse=True)
-def reset_allocator():
-    yield
-    cupy.cuda.set_allocator(None)
-
-
 def runtime(pool, **options):
     options.setdefault("cost", "h100")
     return coop.Runtime(pool, policy="coop", **options)
