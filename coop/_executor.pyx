@@ -132,7 +132,8 @@ cdef class ArrayExecutor(Executor):
     cdef object _placing
     cdef bint host                # NumPy: the memory's owner is the array (else CuPy's mem)
     cdef public list arrays       # storage id -> its memory array while resident, else None
-    cdef public list records      # op id -> OpRecord (a dead op's entry waits to be reused)
+    cdef public list records      # op id -> OpRecord while the op's record lives, else None
+    cdef public list dying        # records of ops that just died: dropped outside the engine
     cdef list moved_out           # memory arrays of storages just moved: they die in moved()
     cdef readonly bint logs_allocations   # a host trace records the kernels' allocations
 
@@ -145,6 +146,7 @@ cdef class ArrayExecutor(Executor):
         self.logs_allocations = self.host
         self.arrays = []
         self.records = []
+        self.dying = []
         self.moved_out = []
         # memory moves inside the arena: numpy.copyto on the host; on a device, a
         # device-to-device copy on the current stream (backends that can adopt a piece)
@@ -186,6 +188,21 @@ cdef class ArrayExecutor(Executor):
         else:
             records.extend([None] * (o - len(records)))
             records.append(rec)
+
+    cpdef int forget_op(self, int o) except -1:
+        """o's record died: its OpRecord goes (the kernel, which may close over Tensors, and
+        the attributes). Not at once: dropping a Tensor re-enters the engine, which is inside
+        its collection now; the runtime drops ``dying`` on its way out (release_dying)."""
+        if o < len(self.records) and self.records[o] is not None:
+            self.dying.append(self.records[o])
+            self.records[o] = None
+        return 0
+
+    def release_dying(self):
+        """Drop the records of dead ops (outside the engine: their Tensors may re-enter it)."""
+        while self.dying:
+            dying, self.dying = self.dying, []
+            del dying
 
     def array(self, view):
         """An array for view (its storage must be resident)."""
@@ -304,8 +321,8 @@ cdef class ArrayExecutor(Executor):
         except BaseException:
             engine.abort(o)
             raise
+        self.record(o, rec)    # before the engine finishes: an op of views only dies there
         sids = engine.finish_call(o, cost, [(p[1].nbytes, p[2]) for p in placed])
-        self.record(o, rec)
         return self.views(runtime, placed, sids), cost
 
     def views(self, runtime, list placed, sids):
@@ -516,8 +533,13 @@ class SimExecutor(SizeExecutor):
     def mutate(self, o, rec, placement):
         return 0      # nothing runs: the op's cost is modelled
 
+    dying = ()    # no records: none die
+
     def record(self, o, rec):
         pass      # a recompute needs no record: sizes are the engine's
+
+    def release_dying(self):
+        pass
 
     def array(self, view):
         raise RuntimeError("the simulation backend has no arrays: it sizes and costs ops only")
