@@ -36,6 +36,26 @@ cdef inline size_t _data_ptr(o, bint host):
     return o.data.ptr
 
 
+cdef enum:
+    _ITEM_REFCOUNT = 0x01     # NumPy's NPY_ITEM_REFCOUNT: the dtype's items hold references
+
+
+cdef inline int _refuse_references(kernel, o, Py_ssize_t k) except -1:
+    """TypeError for a host array whose elements hold references (object dtype, or a structured
+    one with an object field). The arena's storages are plain bytes: coop slides them with
+    memmove, copies them to new pieces and drops evicted ones; the references in an object
+    array belong to the array object, so a byte move leaves them counted by an array that
+    dies (a use after free), and the objects they point at lie outside the budget anyway.
+    Refusing is the one rule every storage path can keep (a copy that increments references
+    would have to replace memmove in the slide, and still leave the objects unbudgeted)."""
+    if not (cnp.PyDataType_FLAGS(<cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>o)) & _ITEM_REFCOUNT):
+        return 0
+    what = "a constant" if kernel is None else f"output {k} of kernel {kernel.name!r}"
+    raise TypeError(f"coop: {what} has dtype {o.dtype}, whose elements are references to Python "
+                    f"objects; coop's arena holds plain bytes (it moves, copies and drops them "
+                    f"byte for byte): use a numeric dtype, or keep Python objects outside coop")
+
+
 def gather(runtime, kernel, tuple inputs):
     """The inputs' views and storage ids; a clear error for anything but a Tensor of
     runtime."""
@@ -160,6 +180,8 @@ cdef class ArrayExecutor(Executor):
         its bytes)."""
         with self._placing(LOWEST):
             array = self.xp.array(data, dtype=dtype, copy=True)
+        if self.host:
+            _refuse_references(None, array, 0)
         root = array
         while isinstance(root.base, self.ndarray):
             root = root.base
@@ -240,6 +262,8 @@ cdef class ArrayExecutor(Executor):
                 if old is None:
                     out = arrays[i]
             elif type(result) is self.ndarray:
+                if self.host:
+                    _refuse_references(kernel, result, 0)
                 return (result,), elapsed          # the common case: one array
             elif isinstance(result, numpy.generic) or (
                     isinstance(result, tuple) and any(isinstance(o, numpy.generic) for o in result)):
@@ -257,6 +281,8 @@ cdef class ArrayExecutor(Executor):
             if not isinstance(o, ndarray):
                 raise TypeError(f"kernel {kernel.name!r} returned {type(o).__name__} as output {k}; "
                                 f"kernels must return {xp.__name__} arrays (or a tuple of them)")
+            if self.host:
+                _refuse_references(kernel, o, k)
         return outs, elapsed
 
     def adopt(self, outs, placement, inputs=()):
