@@ -282,3 +282,34 @@ def test_cupy_gpu_memory_limit_of_bad_form_is_named(driver, monkeypatch):
     monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", "50%")
     with pytest.raises(ValueError, match="with base= unset it or give it in bytes"):
         coop.allocator("1MiB", base=BASE)
+
+
+def test_a_moves_destination_calls_the_malloc_hooks_its_free_will_balance(driver, no_gc):
+    # adopt (a move's destination) called no malloc hook, but its free called the free hooks:
+    # a profiling hook saw frees of memory it never saw allocated
+    pool = use(coop.allocator("1MiB"))
+    empty(10)                                   # reserve
+    offset = pool.arena.request(3000)           # the piece coop's window moves a storage to
+    hook = Recorder()
+    with hook:
+        pointer = pool.bound().adopt_at(offset, 3000)
+        pmem = id(pointer.mem)
+        del pointer
+    info = dict(device_id=0, mem_size=3072, mem_ptr=BASE + offset, pmem_id=pmem)
+    assert hook.calls == [
+        ("malloc_pre", dict(device_id=0, size=3000, mem_size=3072)),
+        ("malloc_post", dict(info, size=3000)),
+        ("free_pre", info), ("free_post", info)]
+
+
+def test_free_all_blocks_keeps_the_reservation_under_an_array_at_view(driver, no_gc):
+    # array_at's view is no piece: free_all_blocks saw no piece in use and freed the memory
+    pool = use(coop.allocator("1MiB"))
+    empty(10)                                    # reserved, nothing in use
+    view = pool.array_at(512, 1024)
+    assert view.data.ptr == BASE + 512 and pool.used_bytes() == 0
+    pool.free_all_blocks()
+    assert driver.released == [] and pool.total_bytes() == MiB
+    del view
+    pool.free_all_blocks()
+    assert driver.released == [0] and pool.total_bytes() == 0

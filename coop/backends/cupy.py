@@ -152,7 +152,8 @@ class _Scopes(threading.local):
 
 class _DeviceArena:
     """One device's arena and the memory behind it; live pieces keep it (and the memory) alive."""
-    __slots__ = ("arena", "device_id", "base", "memory", "stream_key", "stream", "order", "lock")
+    __slots__ = ("arena", "device_id", "base", "memory", "stream_key", "stream", "order", "lock",
+                 "leases")
 
     def __init__(self, arena, device_id, lock):
         self.arena = arena            # offsets of [base, base + capacity); survives releases
@@ -163,6 +164,17 @@ class _DeviceArena:
         self.stream = None            # that stream (recorded on once a second one appears)
         self.order = None             # a StreamOrder once a second stream allocated, else None
         self.lock = lock              # the pool's lock: guards order (frees come from any thread)
+        self.leases = weakref.WeakSet()  # live array_at views (no pieces, yet on the memory)
+
+
+class _Lease:
+    """Owner of an array_at view's memory: keeps its home alive and, while it lives, the
+    reservation (free_all_blocks returns nothing while a lease is out)."""
+    __slots__ = ("home", "__weakref__")
+
+    def __init__(self, home):
+        self.home = home
+        home.leases.add(self)
 
 
 def _call_hooks(hooks, stage, **info):
@@ -312,7 +324,10 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         home = self._home(device_id)
         if home.base is None or not 0 <= offset <= home.arena.capacity - nbytes:
             raise ValueError(f"coop: no {nbytes} bytes at offset {offset} of the reservation")
-        memory = UnownedMemory(home.base + offset, nbytes, home, device_id=home.device_id)
+        # the view is no piece of the arena: its lease keeps free_all_blocks from returning
+        # the reservation under it
+        memory = UnownedMemory(home.base + offset, nbytes, _Lease(home),
+                               device_id=home.device_id)
         return cupy.ndarray((nbytes,), cupy.uint8, MemoryPointer(memory, 0))
 
     def _adopt_on(self, device_id, offset, nbytes):
@@ -322,7 +337,19 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         key = None
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
-        pointer = adopt(home, home.arena, home.base, offset, nbytes, key, device_id)
+        hooks = _get_hooks() if _has_hooks() else None
+        if hooks:   # its free calls the free hooks: its allocation calls the malloc hooks
+            rounded = -(-nbytes // ALIGNMENT) * ALIGNMENT
+            _call_hooks(hooks, "malloc_preprocess", device_id=device_id, size=nbytes,
+                        mem_size=rounded)
+        pointer = None
+        try:
+            pointer = adopt(home, home.arena, home.base, offset, nbytes, key, device_id)
+        finally:
+            if hooks:
+                _call_hooks(hooks, "malloc_postprocess", device_id=device_id, size=nbytes,
+                            mem_size=rounded, mem_ptr=pointer.ptr if pointer is not None else 0,
+                            pmem_id=id(pointer.mem) if pointer is not None else 0)
         if key is not None and (key != home.stream_key or home.order is not None):
             self._order(home, key, stream)
         return pointer
@@ -468,7 +495,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                          f"Make a new coop.allocator(budget) instead")
 
     def free_all_blocks(self, stream=None):
-        """Return the current device's reservation to the driver, if no piece is in use.
+        """Return the current device's reservation to the driver, if no piece is in use (nor
+        a view made by ``array_at``).
 
         With pieces in use there is nothing to release (the arena is one allocation) and this
         does nothing. The arena itself (storages, counters) is kept; the next malloc reserves
@@ -480,7 +508,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         if home is None:
             return
         with self._lock:
-            if home.base is not None and home.arena.stats()["used_bytes"] == 0:
+            if home.base is not None and home.arena.stats()["used_bytes"] == 0 \
+                    and not home.leases:
                 if home.order is not None:
                     streams.synchronize(home.device_id)  # the streams' last uses end first
                 home.base = None
