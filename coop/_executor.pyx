@@ -436,7 +436,7 @@ cdef class ArrayExecutor(Executor):
             if Py_REFCNT(mem) > 2:
                 return False
             del mem
-            pointer = backend.adopt_at(dst, memory.nbytes)
+            pointer = backend.adopt_at(dst, memory.nbytes, memory)   # the copy reads memory
             moved = self.xp.ndarray(memory.shape, memory.dtype, pointer)
             moved.data.copy_from_device_async(memory.data, memory.nbytes)
             self.arrays[sid] = moved

@@ -313,3 +313,19 @@ def test_free_all_blocks_keeps_the_reservation_under_an_array_at_view(driver, no
     del view
     pool.free_all_blocks()
     assert driver.released == [0] and pool.total_bytes() == 0
+
+
+def test_a_moves_source_is_freed_in_the_order_of_the_stream_that_copied_it(driver, no_gc):
+    # the copy ran on the current stream B, the source's free was ordered on A (where it was
+    # allocated), and A reused it at once: A could overwrite it before B's copy read it
+    pool = use(coop.allocator("1MiB"))
+    a = empty(1000)                              # on A, at the base
+    driver.stream = "B"
+    offset = pool.arena.request(1000)
+    moved = pool.bound().adopt_at(offset, 1000, a)   # B copies a there (the executor's move)
+    assert driver.take() == [("record", "e1", "A"), ("wait", "B", "e1")]   # B's first piece
+    del a                                        # the move is done: the source goes
+    driver.stream = "A"
+    reuse = empty(1000)
+    assert reuse.data.ptr == BASE and moved.ptr == BASE + offset
+    assert driver.take() == [("record", "e2", "B"), ("wait", "A", "e2")]

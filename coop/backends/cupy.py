@@ -38,7 +38,7 @@ from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
 from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
-from coop._cupy_pool import adopt, serve
+from coop._cupy_pool import Piece, adopt, serve
 from coop.backends import cupy_streams as streams
 from coop.backends.base import Backend
 from coop.budget import parse_budget
@@ -330,13 +330,19 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                                device_id=home.device_id)
         return cupy.ndarray((nbytes,), cupy.uint8, MemoryPointer(memory, 0))
 
-    def _adopt_on(self, device_id, offset, nbytes):
+    def _adopt_on(self, device_id, offset, nbytes, source=None):
         """A MemoryPointer owning the used, anonymous piece at offset, taken already by the
-        arena (coop's window moving a storage there), on the current stream."""
+        arena (coop's window moving a storage there), on the current stream. ``source``: the
+        array the move copies from on this stream; its piece's free is ordered after this
+        stream's work from now on (the stream it was allocated on may reuse it at once, and
+        would overwrite it before this stream's copy read it)."""
         home = self._home(device_id)
         key = None
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
+            owner = getattr(getattr(getattr(source, "data", None), "mem", None), "_owner", None)
+            if isinstance(owner, Piece) and owner.home is home:
+                owner.stream_key = key
         hooks = _get_hooks() if _has_hooks() else None
         if hooks:   # its free calls the free hooks: its allocation calls the malloc hooks
             rounded = -(-nbytes // ALIGNMENT) * ALIGNMENT
@@ -560,10 +566,10 @@ class _BoundPool:
         self._check(pool)
         return pool.placing(placement)
 
-    def adopt_at(self, offset, nbytes):
+    def adopt_at(self, offset, nbytes, source=None):
         pool = self._live()
         self._check(pool)
-        return pool._adopt_on(self.device_id, offset, nbytes)
+        return pool._adopt_on(self.device_id, offset, nbytes, source)
 
     def install(self):
         pool = self._live()
