@@ -25,6 +25,7 @@ current, it raises ``RuntimeError``; the pool itself serves every device (one ar
 driver: the pool neither reserves memory nor reads the current device or stream (it serves
 ``device``, or device 0), so stream order is the caller's to keep.
 """
+import collections
 import contextlib
 import gc
 import os
@@ -92,9 +93,16 @@ def _timing_event():
     return cupy.cuda.Event()
 
 
+def _event_done(event):
+    return event.done       # cudaEventQuery: never waits
+
+
+def _wait_event(event):
+    event.synchronize()
+
+
 def _elapsed_ms(start, end):
-    end.synchronize()
-    return cupy.cuda.get_elapsed_time(start, end)
+    return cupy.cuda.get_elapsed_time(start, end)   # both done
 
 
 def _reserve(device_id, nbytes):
@@ -582,36 +590,85 @@ class _BoundPool:
 
 class EventTimer:
     """Times kernels with CUDA events on the current stream (host timers would measure the
-    launch: kernels run asynchronously). ``kernel(k)`` is k recording the events around its
-    function; ``elapsed_ns()`` waits for the end event and gives the last run's time."""
+    launch: kernels run asynchronously), without a synchronize per op.
+
+    ``kernel(k)`` is k recording a pair of events around its function. A pair's time is read
+    once its end event is done: queried (never waited for) at each ``elapsed_ns()``, and with
+    ``BATCH`` pairs outstanding the oldest is waited for. ``elapsed_ns()`` gives the latest
+    time read for the last run's kernel and input shapes (an earlier run of the same work,
+    while this one's events are still in flight); only a key never timed before waits for its
+    own end event, once. At most ``BATCH`` + 1 event pairs live, ``KEYS`` times and ``KEYS``
+    timed kernels (least recently used dropped first)."""
+
+    BATCH = 64
+    KEYS = 1024
 
     def __init__(self):
-        self._start = self._end = None
-        self._timed = {}   # Kernel -> its timed copy
+        self._spare = []                          # event pairs whose times were read
+        self._pending = collections.deque()       # (key, start, end) recorded, not yet read
+        self._times = collections.OrderedDict()   # key -> the latest time read, in ns
+        self._timed = collections.OrderedDict()   # a kernel's options -> its timed copy
+        self._last = None                         # key of the last run
 
     def kernel(self, kernel):
-        timed = self._timed.get(kernel)
-        if timed is None:
-            fn = kernel.fn
+        """kernel recording events around its function; one copy per kernel's options, so
+        applying a plain function (a new Kernel each call) reuses it."""
+        options = (kernel.fn, kernel.name, kernel.cls, kernel.random, kernel.inplace,
+                   kernel.views, kernel.flops, kernel.shape)
+        timed = self._timed.get(options)
+        if timed is not None:
+            self._timed.move_to_end(options)
+            return timed
+        fn, name = kernel.fn, kernel.name
 
-            def run(*args, **kwargs):
-                if self._start is None:
-                    self._start, self._end = _timing_event(), _timing_event()
-                self._start.record()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self._end.record()
+        def run(*args, **kwargs):
+            key = (name, tuple((getattr(a, "shape", None), str(getattr(a, "dtype", "")))
+                               for a in args))
+            start, end = self._spare.pop() if self._spare else (_timing_event(),
+                                                                _timing_event())
+            start.record()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end.record()
+                self._pending.append((key, start, end))
+                self._last = key
+                if len(self._pending) > self.BATCH:
+                    _wait_event(self._pending[0][2])
+                    self._read()
 
-            run.__wrapped__ = fn       # the signature (an xp parameter) stays the kernel's
-            run.__name__ = kernel.name
-            timed = self._timed[kernel] = Kernel(
-                run, name=kernel.name, cls=kernel.cls, random=kernel.random,
-                inplace=kernel.inplace, views=kernel.views, flops=kernel.flops, shape=kernel.shape)
+        run.__wrapped__ = fn       # the signature (an xp parameter) stays the kernel's
+        run.__name__ = name
+        timed = self._timed[options] = Kernel(
+            run, name=name, cls=kernel.cls, random=kernel.random, inplace=kernel.inplace,
+            views=kernel.views, flops=kernel.flops, shape=kernel.shape)
+        if len(self._timed) > self.KEYS:
+            self._timed.popitem(last=False)
         return timed
 
+    def _read(self, wait_for=None):
+        """Read the pending pairs in order while their end events are done; wait_for: a key
+        whose latest pair is waited for if no time of it is known."""
+        pending, times = self._pending, self._times
+        while pending:
+            key, start, end = pending[0]
+            if not _event_done(end):
+                if wait_for is None or wait_for in times or \
+                        not any(k == wait_for for k, _, _ in pending):
+                    return
+                _wait_event(end)
+            pending.popleft()
+            times[key] = _elapsed_ms(start, end) * 1e6
+            times.move_to_end(key)
+            if len(times) > self.KEYS:
+                times.popitem(last=False)
+            self._spare.append((start, end))
+
     def elapsed_ns(self):
-        return _elapsed_ms(self._start, self._end) * 1e6
+        """The time of the last run's work (see the class), in ns."""
+        key = self._last
+        self._read(key)
+        return self._times[key]
 
 
 def allocator(budget, device=None, base=None):
