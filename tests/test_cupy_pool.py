@@ -329,3 +329,46 @@ def test_a_moves_source_is_freed_in_the_order_of_the_stream_that_copied_it(drive
     reuse = empty(1000)
     assert reuse.data.ptr == BASE and moved.ptr == BASE + offset
     assert driver.take() == [("record", "e2", "B"), ("wait", "A", "e2")]
+
+
+def test_streams_the_program_dropped_are_forgotten(driver, no_gc):
+    # the stream order table kept every Stream and its event until free_all_blocks, and every
+    # malloc looped over every stream ever seen
+    import weakref
+    from _cupy_driver import FakeStream
+    pool = use(coop.allocator("1MiB"))
+    keep = empty(10)                             # on A: a second stream makes the table
+    gone = []
+    for i in range(100):
+        stream = driver.stream = FakeStream(f"s{i}")
+        a = empty(1000)
+        del a                                    # freed on s{i}
+        gone.append(weakref.ref(stream))
+        driver.stream = "A"
+        empty(1000)                              # A waits for s{i}'s free: recorded now
+        driver.finished.add(f"e{driver.events}")     # ... and the device passed it
+        del stream
+    order = pool._homes[0].order
+    assert all(ref() is None for ref in gone)    # no stream object kept
+    assert len(order.streams) <= 2 and len(order.freed) <= 2 and len(order.events) <= 2
+    del keep
+
+
+def test_a_stream_whose_frees_the_device_passed_is_not_waited_for(driver, no_gc):
+    use(coop.allocator("1MiB"))
+    a = empty(1000)
+    del a                                        # freed on A
+    driver.stream = "B"
+    on_b = empty(1000)
+    assert driver.take() == [("record", "e1", "A"), ("wait", "B", "e1")]
+    driver.stream = "A"
+    b = empty(1000)
+    del b
+    driver.stream = "C"
+    on_c = empty(1000)                           # A's event: recorded for C now
+    assert driver.take() == [("record", "e1", "A"), ("wait", "C", "e1")]
+    driver.finished.add("e1")                    # the device passed A's frees
+    driver.stream = "B"
+    on_b2 = empty(1000)                          # B need not wait for them
+    assert driver.take() == [] and driver.queries > 0
+    del on_b, on_c, on_b2
