@@ -3,7 +3,6 @@ others runnable (a device check runs `pytest -m cuda` over every file at once)."
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
