@@ -35,7 +35,7 @@ def extension(name, uses_numpy=False):
 extensions = [
     extension("coop._core"),
     extension("coop.engine._engine"),
-    extension("coop._executor"),
+    extension("coop._executor", uses_numpy=True),
     extension("coop.trace._replay"),
     extension("coop.backends._host", uses_numpy=True),
     extension("coop.backends._cupy_pool"),

@@ -4,7 +4,7 @@ benchmarks/device_check.sh. Exit status 1 if any probe fails, 3 without a CUDA d
 Probes: the error of a reservation the device cannot hold and a percentage budget of free
 memory; memory freed on one stream reused on another while a slow kernel still writes it
 (explicit streams, and per-thread default streams in a subprocess); the default cost model and
-cost="timing" (CUDA events); dropout through coop recomputed bit for bit after an eviction;
+cost="timing" (CUDA events) and its overhead against the cost model; dropout through coop recomputed bit for bit after an eviction;
 the embedding backward with repeated indices run twice and against NumPy; a runtime used on
 another device (with two or more devices).
 
@@ -141,6 +141,32 @@ def costs():
            f"2048^3 fp32 matmul: {measured / 1e3:.1f} us by CUDA events, roofline {model / 1e3:.1f} us")
 
 
+def timing_overhead():
+    """Wall time of 2000 small kernels with cost="timing" (CUDA events, read without a
+    synchronize per op) against the h200 cost model (no events): the events' overhead."""
+    import time
+
+    def chain(cost):
+        rt = coop.Runtime(coop.allocator("256MiB"), cost=cost)
+        x = rt.tensor(np.ones((256, 256), dtype=np.float32))
+        tanh = coop.Kernel(lambda a, xp: xp.tanh(a), name="tanh")
+        for _ in range(50):
+            x = rt.apply(tanh, x)
+        cupy.cuda.Device().synchronize()
+        start = time.perf_counter()
+        for _ in range(2000):
+            x = rt.apply(tanh, x)
+        cupy.cuda.Device().synchronize()
+        return time.perf_counter() - start
+
+    model, timed = min(chain("h200") for _ in range(3)), min(chain("timing") for _ in range(3))
+    ratio = timed / model
+    results["timing_overhead_ratio"] = ratio
+    report("timing_overhead", ratio < 2.0,
+           f"2000 tanh 256x256: {timed * 1e6 / 2000:.1f} us/op timed by events, "
+           f"{model * 1e6 / 2000:.1f} us/op modelled: x{ratio:.2f}")
+
+
 def dropout_recompute():
     rt = coop.Runtime(coop.allocator("256MiB"), cost="h200")
     x = rt.tensor(np.random.default_rng(0).uniform(1, 2, (512, 512)).astype(np.float32),
@@ -196,8 +222,8 @@ def main():
     if not cupy.cuda.is_available():
         print("no CUDA device visible to CuPy: nothing to probe")
         return 3
-    for probe in (reservation, streams, per_thread_streams, costs, dropout_recompute,
-                  embedding_backward, other_device):
+    for probe in (reservation, streams, per_thread_streams, costs, timing_overhead,
+                  dropout_recompute, embedding_backward, other_device):
         try:
             probe()
         except Exception as err:  # noqa: BLE001 - a crash is a result
@@ -205,7 +231,7 @@ def main():
         cupy.cuda.set_allocator(None)
     with open(os.path.join(args.out, "probes.json"), "w") as f:
         json.dump(results, f, indent=1)
-    return 1 if any(r["ok"] is False for r in results.values()) else 0
+    return 1 if any(isinstance(r, dict) and r["ok"] is False for r in results.values()) else 0
 
 
 if __name__ == "__main__":

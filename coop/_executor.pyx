@@ -22,6 +22,8 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from coop._core cimport Arena
 from coop.engine._engine cimport Engine, Executor
 
+cimport numpy as cnp
+
 import numpy
 
 from coop._core import LOWEST
@@ -29,6 +31,28 @@ from coop.arrays import build_view, memory_of
 from coop.engine import SizeExecutor
 from coop.errors import OutOfMemoryError
 from coop.kernel import is_spec, spec_nbytes, specs_of
+
+cnp.import_array()
+
+
+cdef enum:
+    _ITEM_REFCOUNT = 0x01     # NumPy's NPY_ITEM_REFCOUNT: the dtype's items hold references
+
+
+cdef inline int _refuse_references(kernel, o, Py_ssize_t k) except -1:
+    """TypeError for a host array whose elements hold references (object dtype, or a structured
+    one with an object field). The arena's storages are plain bytes: coop slides them with
+    memmove, copies them to new pieces and drops evicted ones; the references in an object
+    array belong to the array object, so a byte move leaves them counted by an array that
+    dies (a use after free), and the objects they point at lie outside the budget anyway.
+    Refusing is the one rule every storage path can keep (a copy that increments references
+    would have to replace memmove in the slide, and still leave the objects unbudgeted)."""
+    if not (cnp.PyDataType_FLAGS(<cnp.dtype>cnp.PyArray_DESCR(<cnp.ndarray>o)) & _ITEM_REFCOUNT):
+        return 0
+    what = "a constant" if kernel is None else f"output {k} of kernel {kernel.name!r}"
+    raise TypeError(f"coop: {what} has dtype {o.dtype}, whose elements are references to Python "
+                    f"objects; coop's arena holds plain bytes (it moves, copies and drops them "
+                    f"byte for byte): use a numeric dtype, or keep Python objects outside coop")
 
 
 def gather(runtime, kernel, tuple inputs):
@@ -126,9 +150,11 @@ cdef class ArrayExecutor(Executor):
     cdef object ndarray
     cdef object _placing
     cdef public list arrays       # storage id -> its memory array while resident, else None
-    cdef public list records      # op id -> OpRecord (a dead op's entry waits to be reused)
+    cdef public list records      # op id -> OpRecord while the op's record lives, else None
+    cdef public list dying        # records of ops that just died: dropped outside the engine
     cdef list moved_out           # memory arrays of storages just moved: they die in moved()
     cdef readonly bint logs_allocations   # a host trace records the kernels' allocations
+    cdef bint numpy_arrays        # the backend's arrays are NumPy's (their dtypes may hold references)
 
     def __init__(self, backend):
         self.backend = backend
@@ -136,8 +162,10 @@ cdef class ArrayExecutor(Executor):
         self.ndarray = backend.xp.ndarray
         self._placing = backend.placing
         self.logs_allocations = backend.logs_allocations
+        self.numpy_arrays = self.ndarray is numpy.ndarray
         self.arrays = []
         self.records = []
+        self.dying = []
         self.moved_out = []
         # memory moves inside the arena where the backend can copy onto a given piece, and a
         # window is compacted in place where it can slide bytes down (the host)
@@ -149,6 +177,8 @@ cdef class ArrayExecutor(Executor):
         its bytes)."""
         with self._placing(LOWEST):
             array = self.xp.array(data, dtype=dtype, copy=True)
+        if self.numpy_arrays:
+            _refuse_references(None, array, 0)
         root = array
         while isinstance(root.base, self.ndarray):
             root = root.base
@@ -178,6 +208,21 @@ cdef class ArrayExecutor(Executor):
         else:
             records.extend([None] * (o - len(records)))
             records.append(rec)
+
+    cpdef int forget_op(self, int o) except -1:
+        """o's record died: its OpRecord goes (the kernel, which may close over Tensors, and
+        the attributes). Not at once: dropping a Tensor re-enters the engine, which is inside
+        its collection now; the runtime drops ``dying`` on its way out (release_dying)."""
+        if o < len(self.records) and self.records[o] is not None:
+            self.dying.append(self.records[o])
+            self.records[o] = None
+        return 0
+
+    def release_dying(self):
+        """Drop the records of dead ops (outside the engine: their Tensors may re-enter it)."""
+        while self.dying:
+            dying, self.dying = self.dying, []
+            del dying
 
     def array(self, view):
         """An array for view (its storage must be resident)."""
@@ -215,6 +260,8 @@ cdef class ArrayExecutor(Executor):
                 if old is None:
                     out = arrays[i]
             elif type(result) is self.ndarray:
+                if self.numpy_arrays:
+                    _refuse_references(kernel, result, 0)
                 return (result,), elapsed          # the common case: one array
             elif isinstance(result, numpy.generic) or (
                     isinstance(result, tuple) and any(isinstance(o, numpy.generic) for o in result)):
@@ -232,6 +279,8 @@ cdef class ArrayExecutor(Executor):
             if not isinstance(o, ndarray):
                 raise TypeError(f"kernel {kernel.name!r} returned {type(o).__name__} as output {k}; "
                                 f"kernels must return {xp.__name__} arrays (or a tuple of them)")
+            if self.numpy_arrays:
+                _refuse_references(kernel, o, k)
         return outs, elapsed
 
     def adopt(self, outs, placement, inputs=()):
@@ -297,8 +346,8 @@ cdef class ArrayExecutor(Executor):
         except BaseException:
             engine.abort(o)
             raise
+        self.record(o, rec)    # before the engine finishes: an op of views only dies there
         sids = engine.finish_call(o, cost, [(p[1].nbytes, p[2]) for p in placed])
-        self.record(o, rec)
         return self.views(runtime, placed, sids), cost
 
     def views(self, runtime, list placed, sids):
@@ -483,8 +532,13 @@ class SimExecutor(SizeExecutor):
     def mutate(self, o, rec):
         return 0      # nothing runs: the op's cost is modelled
 
+    dying = ()    # no records: none die
+
     def record(self, o, rec):
         pass      # a recompute needs no record: sizes are the engine's
+
+    def release_dying(self):
+        pass
 
     def array(self, view):
         raise RuntimeError("the simulation backend has no arrays: it sizes and costs ops only")

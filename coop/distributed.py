@@ -171,29 +171,65 @@ def _through_buckets(runtime, tensors, bucket_bytes, communicate, write_back):
     """Pack each bucket of tensors, communicate(bucket array) in place, unpack into tensors
     where write_back; one bucket lives at a time. Returns (buckets, bytes, seconds)."""
     apply = runtime.apply
-    nbytes = seconds = 0
+    nbytes = 0
+    clock = _Clock(runtime.xp)
     layout = bucket_layout(tensors, bucket_bytes)
     for dtype, elements, segments in layout:
-        bucket = runtime.tensor(_zeros(elements, dtype))
+        bucket = runtime.tensor(_zeros(elements, dtype, runtime.xp))
         apply(PACK, bucket, *[tensors[i] for i, _, _, _ in segments],
               layout=tuple((start, stop, offset) for _, start, stop, offset in segments))
         with bucket.borrow() as memory:
-            t0 = time.perf_counter()
+            clock.start()
             communicate(memory)
-            seconds += time.perf_counter() - t0
+            clock.stop()
             del memory      # an array held past the block would keep the bucket's memory
         if write_back:
             for i, start, stop, offset in segments:
                 apply(UNPACK, tensors[i], bucket, start=start, stop=stop, offset=offset)
         nbytes += elements * dtype.itemsize
         del bucket      # freed now: the next bucket takes its place
-    return len(layout), nbytes, seconds
+    return len(layout), nbytes, clock.seconds()
 
 
-def _zeros(elements, dtype):
-    import numpy
-    # a broadcast view: no host memory of the bucket's size; the runtime copies it in place
-    return numpy.broadcast_to(numpy.zeros((), dtype), (elements,))
+class _Clock:
+    """Seconds spent communicating. MPI's calls return when done: host time. NCCL's only
+    enqueue on the current stream: CUDA events around each call, read once at the end (one
+    synchronize for all the buckets, none between them)."""
+
+    def __init__(self, xp):
+        import numpy
+        self._events = None if xp is numpy else xp.cuda.Event
+        self._pairs = []
+        self._host = 0.0
+
+    def start(self):
+        if self._events is None:
+            self._t0 = time.perf_counter()
+        else:
+            self._pairs.append((self._events(), self._events()))
+            self._pairs[-1][0].record()
+
+    def stop(self):
+        if self._events is None:
+            self._host += time.perf_counter() - self._t0
+        else:
+            self._pairs[-1][1].record()
+
+    def seconds(self):
+        if self._events is None:
+            return self._host
+        if not self._pairs:
+            return 0.0
+        self._pairs[-1][1].synchronize()
+        import cupy
+        return sum(cupy.cuda.get_elapsed_time(a, b) for a, b in self._pairs) / 1e3
+
+
+def _zeros(elements, dtype, xp):
+    """A bucket's initial value, a broadcast view of one zero: on the host no memory of the
+    bucket's size; on a device the zero is a device array, so the runtime's copy runs on the
+    device (a host view would be staged through a pinned host copy of the whole bucket)."""
+    return xp.broadcast_to(xp.zeros((), dtype), (elements,))
 
 
 def _runtime_of(tensors):

@@ -58,6 +58,12 @@ class Kernel:
     def __call__(self, *inputs, **attrs):
         return apply(self, *inputs, **attrs)
 
+    def with_fn(self, fn):
+        """This kernel running fn instead (a wrapper of its function: a timer's), its name,
+        class and rules kept."""
+        return Kernel(fn, name=self.name, cls=self.cls, random=self.random,
+                      inplace=self.inplace, views=self.views, flops=self.flops, shape=self.shape)
+
     def __repr__(self):
         return f"<coop.Kernel {self.name}>"
 

@@ -119,7 +119,9 @@ class Runtime:
                                "one, or give each runtime its own backend")
 
     def _release_pending(self):
-        """Release the Tensors other threads dropped while the lock was held (Tensor.__del__)."""
+        """Release the Tensors other threads dropped while the lock was held (Tensor.__del__),
+        then drop the records of ops that died (outside the engine: a kernel closing over a
+        Tensor releases it, which enters the engine again)."""
         pending = self._pending
         lock = self._lock
         while pending and lock.acquire(blocking=False):
@@ -128,6 +130,7 @@ class Runtime:
                     self._engine.unref(pending.popleft())
             finally:
                 lock.release()
+        self._executor.release_dying()
 
     def __exit__(self, *exc):
         active_runtimes.remove(self)
@@ -166,7 +169,7 @@ class Runtime:
             if self.trace is not None:
                 self.trace.constant(sid, nbytes)
             tensor = Tensor(view)
-        if self._pending:
+        if self._pending or self._executor.dying:
             self._release_pending()
         tensor.requires_grad = bool(requires_grad)
         return tensor
@@ -184,7 +187,7 @@ class Runtime:
         with self._lock:
             self._check_owner()
             self._materialize(tensors, settle)
-        if self._pending:
+        if self._pending or self._executor.dying:
             self._release_pending()
 
     def _materialize(self, tensors, settle):
@@ -209,7 +212,7 @@ class Runtime:
             with self._lock:
                 return self._apply(kernel, inputs, attrs)
         finally:
-            if self._pending:
+            if self._pending or self._executor.dying:
                 self._release_pending()
 
     def _apply(self, kernel, inputs, attrs):

@@ -96,7 +96,7 @@ class Tensor:
                 lock.release()
         else:             # another thread is in the engine: it releases this on its way out
             runtime._pending.append(view.sid)
-        if runtime._pending:
+        if runtime._pending or runtime._executor.dying:
             runtime._release_pending()
 
     def __copy__(self):

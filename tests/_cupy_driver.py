@@ -1,7 +1,8 @@
 """A fake CUDA driver for the CuPy backend's isolated driver calls (no GPU needed).
 
-Streams are names ("A", "B"), or ``ptds()`` for the calling thread's per-thread default
-stream; every record, wait and synchronize lands in ``log`` in order.
+Streams are names ("A", "B"), ``FakeStream`` objects (held weakly by the pool, as CuPy's
+are), or ``ptds()`` for the calling thread's per-thread default stream; every record, wait
+and synchronize lands in ``log`` in order.
 """
 import threading
 
@@ -20,6 +21,15 @@ class FakeMemory:
         self._released.append(self.device_id)
 
 
+class FakeStream:
+    """A stream object the program can drop (its key is its name, as CuPy's is its handle)."""
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
 class FakeEvent:
     def __init__(self, name):
         self.name = name
@@ -35,6 +45,8 @@ class FakeDriver:
         self.name = "NVIDIA H100 80GB HBM3"
         self.reserved, self.released, self.log = [], [], []
         self.events = 0   # events made: e1, e2, ...
+        self.finished = set()   # names of the events the device has passed (done)
+        self.queries = 0
 
     def ptds(self):
         """This thread's per-thread default stream (all threads share one handle)."""
@@ -44,6 +56,8 @@ class FakeDriver:
         if self.stream == "ptds":
             key = (streams.PER_THREAD_STREAM, streams.thread_number())
             return key, f"ptds@{threading.get_ident()}"
+        if isinstance(self.stream, FakeStream):
+            return self.stream.name, self.stream
         return self.stream, self.stream
 
     def reserve(self, device_id, nbytes):
@@ -56,13 +70,17 @@ class FakeDriver:
         return FakeEvent(f"e{self.events}")
 
     def record(self, event, stream):
-        self.log.append(("record", event.name, stream))
+        self.log.append(("record", event.name, getattr(stream, "name", stream)))
 
     def wait(self, stream, event):
-        self.log.append(("wait", stream, event.name))
+        self.log.append(("wait", getattr(stream, "name", stream), event.name))
 
     def synchronize(self, device_id):
         self.log.append(("sync", device_id))
+
+    def done(self, event):
+        self.queries += 1         # not in the log: a query orders nothing
+        return event.name in self.finished
 
     def take(self):
         log, self.log = self.log, []
@@ -79,6 +97,7 @@ def install(monkeypatch, backend, reserve=True):
     monkeypatch.setattr(streams, "record", fake.record)
     monkeypatch.setattr(streams, "wait", fake.wait)
     monkeypatch.setattr(streams, "synchronize", fake.synchronize)
+    monkeypatch.setattr(streams, "done", fake.done)
     if reserve:
         monkeypatch.setattr(backend, "_reserve", fake.reserve)
     monkeypatch.delenv("CUPY_GPU_MEMORY_LIMIT", raising=False)

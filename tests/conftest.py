@@ -1,6 +1,7 @@
 """Shared test configuration: tests marked `cuda` run only where CuPy sees a CUDA device;
 fixtures for the runtime tests (kernels and graph helpers live in tests/_graphs.py)."""
 import gc
+import sys
 
 import pytest
 
@@ -21,6 +22,20 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device (cupy.cuda.is_available() is false)")
         for item in cuda_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def cupy_allocator():
+    """Every test leaves CuPy's allocator as it found it. ``set_allocator(None)`` would leave
+    plain cudaMalloc (CuPy installs its default pool only at import), and a later test that
+    counts the default pool's bytes would see none."""
+    cupy = sys.modules.get("cupy")
+    saved = cupy.cuda.get_allocator() if cupy is not None else None
+    yield
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.cuda.set_allocator(saved if saved is not None
+                                else cupy.get_default_memory_pool().malloc)
 
 
 @pytest.fixture(params=["core", "reference"])

@@ -275,11 +275,27 @@ def test_the_cupy_executor_moves_but_never_slides(monkeypatch):
 
     from coop.backends import cupy as backend
     install(monkeypatch, backend)
-    import cupy
-    try:
-        rt = coop.Runtime(coop.allocator("1MiB"), policy="coop", cost="h100")
-        executor = rt._engine.executor
-        assert executor.can_move and not executor.can_slide
-        assert executor.slide(0, 1024, 0) is False
-    finally:
-        cupy.cuda.set_allocator(None)
+    rt = coop.Runtime(coop.allocator("1MiB"), policy="coop", cost="h100")
+    executor = rt._engine.executor
+    assert executor.can_move and not executor.can_slide
+    assert executor.slide(0, 1024, 0) is False
+
+
+@pytest.mark.parametrize("dtype", [object, [("x", "f8"), ("name", "O")]])
+def test_arrays_holding_references_are_refused_by_the_arena(dtype):
+    """A slide moved an object array's bytes by memmove under a new array and let the old one
+    die: NumPy dropped the references the old array held, and both slid tensors pointed at
+    freed Python objects. The arena holds plain bytes only: object dtypes are a TypeError."""
+    rt = coop.Runtime(coop.numpy_allocator("64KiB"), policy="coop", cost="cpu")
+    x = rt.tensor(np.zeros(4))
+    used = rt.arena.stats()["used_bytes"]
+    with pytest.raises(TypeError, match=r"output 0 of kernel 'boxes' has dtype .*references to "
+                                        r"Python objects; .*use a numeric dtype"):
+        rt.apply(coop.Kernel(lambda a: np.zeros(a.shape, dtype=dtype), name="boxes"), x)
+    with pytest.raises(TypeError, match=r"output 1 of kernel 'pair' has dtype"):
+        rt.apply(coop.Kernel(lambda a: (a + 1, np.zeros(2, dtype=dtype)), name="pair"), x)
+    with pytest.raises(TypeError, match="a constant has dtype"):
+        rt.tensor(np.zeros(3, dtype=dtype))
+    assert rt.arena.stats()["used_bytes"] == used and rt._engine.live_storages == 1
+    assert rt.apply(coop.Kernel(lambda a: a + 1), x).numpy().tolist() == [1.0] * 4
+    rt.arena.check()

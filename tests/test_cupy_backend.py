@@ -22,12 +22,6 @@ BASE = 0x7F0000000000  # fake device address; nothing ever reads or writes it
 MiB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def reset_allocator():
-    yield
-    cupy.cuda.set_allocator(None)
-
-
 @contextmanager
 def no_gc():
     """Frees must follow from reference counts alone, not from a collection."""

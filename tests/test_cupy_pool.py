@@ -16,12 +16,6 @@ MiB = 1 << 20
 BASE = 0x7F0000000000
 
 
-@pytest.fixture(autouse=True)
-def reset_allocator():
-    yield
-    cupy.cuda.set_allocator(None)
-
-
 def use(pool):
     cupy.cuda.set_allocator(pool)
     return pool
@@ -288,3 +282,93 @@ def test_cupy_gpu_memory_limit_of_bad_form_is_named(driver, monkeypatch):
     monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", "50%")
     with pytest.raises(ValueError, match="with base= unset it or give it in bytes"):
         coop.allocator("1MiB", base=BASE)
+
+
+def test_a_moves_destination_calls_the_malloc_hooks_its_free_will_balance(driver, no_gc):
+    # adopt (a move's destination) called no malloc hook, but its free called the free hooks:
+    # a profiling hook saw frees of memory it never saw allocated
+    pool = use(coop.allocator("1MiB"))
+    empty(10)                                   # reserve
+    offset = pool.arena.request(3000)           # the piece coop's window moves a storage to
+    hook = Recorder()
+    with hook:
+        pointer = pool._adopt_on(0, offset, 3000)
+        pmem = id(pointer.mem)
+        del pointer
+    info = dict(device_id=0, mem_size=3072, mem_ptr=BASE + offset, pmem_id=pmem)
+    assert hook.calls == [
+        ("malloc_pre", dict(device_id=0, size=3000, mem_size=3072)),
+        ("malloc_post", dict(info, size=3000)),
+        ("free_pre", info), ("free_post", info)]
+
+
+def test_free_all_blocks_keeps_the_reservation_under_an_array_at_view(driver, no_gc):
+    # array_at's view is no piece: free_all_blocks saw no piece in use and freed the memory
+    pool = use(coop.allocator("1MiB"))
+    empty(10)                                    # reserved, nothing in use
+    view = pool.array_at(512, 1024)
+    assert view.data.ptr == BASE + 512 and pool.used_bytes() == 0
+    pool.free_all_blocks()
+    assert driver.released == [] and pool.total_bytes() == MiB
+    del view
+    pool.free_all_blocks()
+    assert driver.released == [0] and pool.total_bytes() == 0
+
+
+def test_a_moves_source_is_freed_in_the_order_of_the_stream_that_copied_it(driver, no_gc):
+    # the copy ran on the current stream B, the source's free was ordered on A (where it was
+    # allocated), and A reused it at once: A could overwrite it before B's copy read it
+    pool = use(coop.allocator("1MiB"))
+    a = empty(1000)                              # on A, at the base
+    driver.stream = "B"
+    offset = pool.arena.request(1000)
+    moved = pool._adopt_on(0, offset, 1000, a)   # B copies a there (the executor's move)
+    assert driver.take() == [("record", "e1", "A"), ("wait", "B", "e1")]   # B's first piece
+    del a                                        # the move is done: the source goes
+    driver.stream = "A"
+    reuse = empty(1000)
+    assert reuse.data.ptr == BASE and moved.ptr == BASE + offset
+    assert driver.take() == [("record", "e2", "B"), ("wait", "A", "e2")]
+
+
+def test_streams_the_program_dropped_are_forgotten(driver, no_gc):
+    # the stream order table kept every Stream and its event until free_all_blocks, and every
+    # malloc looped over every stream ever seen
+    import weakref
+    from _cupy_driver import FakeStream
+    pool = use(coop.allocator("1MiB"))
+    keep = empty(10)                             # on A: a second stream makes the table
+    gone = []
+    for i in range(100):
+        stream = driver.stream = FakeStream(f"s{i}")
+        a = empty(1000)
+        del a                                    # freed on s{i}
+        gone.append(weakref.ref(stream))
+        driver.stream = "A"
+        empty(1000)                              # A waits for s{i}'s free: recorded now
+        driver.finished.add(f"e{driver.events}")     # ... and the device passed it
+        del stream
+    order = pool._homes[0].order
+    assert all(ref() is None for ref in gone)    # no stream object kept
+    assert len(order.streams) <= 2 and len(order.freed) <= 2 and len(order.events) <= 2
+    del keep
+
+
+def test_a_stream_whose_frees_the_device_passed_is_not_waited_for(driver, no_gc):
+    use(coop.allocator("1MiB"))
+    a = empty(1000)
+    del a                                        # freed on A
+    driver.stream = "B"
+    on_b = empty(1000)
+    assert driver.take() == [("record", "e1", "A"), ("wait", "B", "e1")]
+    driver.stream = "A"
+    b = empty(1000)
+    del b
+    driver.stream = "C"
+    on_c = empty(1000)                           # A's event: recorded for C now
+    assert driver.take() == [("record", "e1", "A"), ("wait", "C", "e1")]
+    driver.finished.add("e1")                    # the device passed A's frees
+    driver.stream = "B"
+    on_b2 = empty(1000)                          # B need not wait for them
+    assert driver.take() == [] and driver.queries > 0
+    del on_b, on_c, on_b2

@@ -18,12 +18,6 @@ MAKE = coop.Kernel(lambda xp: xp.empty(1000, dtype=xp.uint8), name="make")
 BASE = 0x7F0000000000
 
 
-@pytest.fixture(autouse=True)
-def reset_allocator():
-    yield
-    cupy.cuda.set_allocator(None)
-
-
 def runtime(pool, **options):
     options.setdefault("cost", "h100")
     return coop.Runtime(pool, policy="coop", **options)
@@ -99,23 +93,87 @@ def test_other_backends_keep_their_defaults():
     assert rt.cost_model is None and rt._timed and rt._timer is None
 
 
-class FakeTimingEvent:
-    def __init__(self, log):
-        self.log = log
+class FakeEvents:
+    """CUDA timing events on a fake device: an event is done once ``lag`` more events were
+    recorded after it; each pair's time is 1 ms per run so far (so a test sees which run a
+    time came from). Counts live events, queries, waits and reads."""
+
+    def __init__(self, lag):
+        self.lag, self.recorded, self.live, self.waits, self.queries = lag, 0, 0, 0, 0
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(backend, "_timing_event", lambda: FakeEvent(self))
+        monkeypatch.setattr(backend, "_event_done", self.done)
+        monkeypatch.setattr(backend, "_wait_event", self.wait)
+        # run r records its end event as the 2r-th event: r ms
+        monkeypatch.setattr(backend, "_elapsed_ms", lambda start, end: float(end.at // 2))
+
+    def done(self, event):
+        self.queries += 1
+        return event.forced or self.recorded - event.at >= self.lag
+
+    def wait(self, event):
+        self.waits += 1
+        event.forced = True
+
+
+class FakeEvent:
+    def __init__(self, events):
+        self.events, self.at, self.forced = events, None, False
+        events.live += 1
 
     def record(self):
-        self.log.append(("record", id(self)))
+        self.events.recorded += 1
+        self.at, self.forced = self.events.recorded, False
+
+    def __del__(self):
+        self.events.live -= 1
 
 
 def test_timing_on_the_device_uses_cuda_events(driver, monkeypatch):
-    log = []
-    monkeypatch.setattr(backend, "_timing_event", lambda: FakeTimingEvent(log))
-    monkeypatch.setattr(backend, "_elapsed_ms",
-                        lambda start, end: log.append(("elapsed", id(start), id(end))) or 2.5)
+    events = FakeEvents(lag=0)
+    events.install(monkeypatch)
     rt = coop.Runtime(coop.allocator("1MiB"), cost="timing")
     assert rt.cost_model is None and not rt._timed
     t = rt.apply(MAKE)
-    start, end = log[0][1], log[1][1]
-    assert log == [("record", start), ("record", end), ("elapsed", start, end)] and start != end
-    assert rt.clock == 2.5e6 and t.shape == (1000,)   # 2.5 ms between the events, in ns
-    assert rt.stats()["cost_first"] == 2.5e6
+    assert events.recorded == 2 and events.live == 2 and events.waits == 0
+    assert rt.clock == 1e6 and t.shape == (1000,)   # 1 ms between the events, in ns
+    assert rt.stats()["cost_first"] == 1e6
+
+
+def test_timing_reads_events_without_a_synchronize_per_op_and_stays_bounded(driver, monkeypatch):
+    # EventTimer kept a wrapper per Kernel forever (apply of a plain function makes a new one
+    # each call) and waited for every op's end event
+    events = FakeEvents(lag=6)             # the device runs 3 ops behind the host
+    events.install(monkeypatch)
+    rt = coop.Runtime(coop.allocator("1MiB"), cost="timing")
+    timer = rt._timer
+
+    def make(xp):
+        return xp.empty(1000, dtype=xp.uint8)
+
+    counts = []
+    for i in range(10_000):
+        rt.apply(make)                     # a plain function: a new Kernel each apply
+        if i % 1000 == 999:
+            counts.append((events.live, len(timer._timed), len(timer._times),
+                           len(timer._pending)))
+    assert events.waits == 1               # the first run of the key only, never again
+    assert counts == [counts[0]] * 10 and counts[0][0] <= 2 * (timer.BATCH + 1)
+    assert counts[0][1:] == (1, 1, 3)
+    # an op's cost is the latest time read: the run 3 ops earlier's (run r takes r ms here)
+    before = rt.clock
+    rt.apply(make)
+    assert rt.clock - before == (10_001 - 3) * 1e6
+
+
+def test_timing_waits_in_batches_when_the_device_falls_behind(driver, monkeypatch):
+    events = FakeEvents(lag=10 ** 9)       # nothing completes unless waited for
+    events.install(monkeypatch)
+    rt = coop.Runtime(coop.allocator("1MiB"), cost="timing")
+    timer = rt._timer
+    for _ in range(1000):
+        rt.apply(MAKE)
+    assert len(timer._pending) == timer.BATCH
+    assert events.waits == 1 + (999 - timer.BATCH)    # first run, then the oldest past BATCH
+    assert events.live <= 2 * (timer.BATCH + 1)

@@ -118,7 +118,6 @@ def test_cupy_index_add_gives_numpys_bits_every_run(case):
 def test_a_gpt_on_the_device_trains_bit_identically_under_a_budget():
     """A tiny GPT with dropout (Philox) and an embedding (ordered index_add), 3 AdamW steps on
     CuPy: at a budget that evicts, losses and parameters equal the unlimited run's bits."""
-    import cupy
 
     def train(budget):
         rt = coop.Runtime(coop.allocator(budget), policy="coop", cost="h200")
@@ -135,11 +134,8 @@ def test_a_gpt_on_the_device_trains_bit_identically_under_a_budget():
             opt.zero_grad()
         return losses, model.state_dict(), rt.stats()
 
-    try:
-        losses, state, stats = train("256MiB")
-        small, small_state, small_stats = train(int(0.5 * stats["peak_used_bytes"]))
-    finally:
-        cupy.cuda.set_allocator(None)
+    losses, state, stats = train("256MiB")      # conftest restores CuPy's allocator after
+    small, small_state, small_stats = train(int(0.5 * stats["peak_used_bytes"]))
     assert small_stats["recomputes"] > 0
     assert small == losses
     for name, value in state.items():

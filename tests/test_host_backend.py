@@ -407,3 +407,25 @@ def test_pieces_still_used_at_teardown_leak_with_a_warning():
     with pytest.warns(ResourceWarning, match="64 bytes in use"):
         del backend
         gc.collect()
+
+
+@pytest.mark.parametrize("error", [MemoryError("the program's own"), MemoryError(),
+                                   type("Custom", (MemoryError,), {})("a subclass")])
+def test_a_handled_failure_never_replaces_a_later_memory_error(error):
+    # the handler's error of a failure the program caught stayed in last_error, and leaving
+    # the block replaced any later MemoryError with it
+    backend = HostBackend(MiB)
+    for block in (lambda: backend, lambda: backend.placing(coop.EXPENSIVE)):
+        with pytest.raises(MemoryError) as info:
+            with block():
+                with pytest.raises(MemoryError, match="Unable to allocate"):
+                    np.empty(200000)                   # more than the whole arena: handled
+                try:
+                    raise KeyError("the program's error")
+                except KeyError:                       # chained to it: still the program's own
+                    raise error
+        assert info.value is error and backend.last_error is None
+    # NumPy's own replacement is still unwrapped into coop's error
+    with pytest.raises(OutOfMemoryError, match="larger than the whole arena"):
+        with backend:
+            np.empty(200000)

@@ -39,6 +39,22 @@ def test_roofline_cost_is_the_slower_of_compute_and_memory():
     assert DEVICES["a100-80gb"].cost_ns(19.5e12, 0) == 1e9
 
 
+@pytest.mark.parametrize("field, value", [
+    ("flops_per_s", 0.0), ("flops_per_s", -1e12), ("bytes_per_s", 0), ("bytes_per_s", -5.0),
+    ("flops_per_s", float("inf")), ("bytes_per_s", float("nan")), ("launch_ns", -1.0),
+    ("flops_per_s", "1e12"), ("bytes_per_s", True)])
+def test_a_device_spec_with_a_rate_that_is_not_positive_and_finite_is_refused(field, value):
+    # zero flops/s was a ZeroDivisionError at the first apply, zero bandwidth one at Runtime(),
+    # and negative flops/s was accepted and silently lost in the roofline's max
+    rates = dict(flops_per_s=1e12, bytes_per_s=1e11, launch_ns=0.0)
+    rates[field] = value
+    with pytest.raises(ValueError, match=rf"DeviceSpec 'toy': {field} must be a finite number "
+                                         rf"(> 0|>= 0), got {value!r}"):
+        DeviceSpec("toy", **rates)
+    assert DeviceSpec("toy", 1, 2.5, 0).cost_ns(1, 5) == 2e9 and \
+        DeviceSpec("toy", np.float32(1e12), 1e11).bytes_per_s == 1e11
+
+
 def test_the_decorator_applies_through_the_inputs_runtime(make_rt):
     rt = make_rt()
     x = rt.tensor(np.arange(4.0))

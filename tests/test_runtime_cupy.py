@@ -12,12 +12,6 @@ cupy = pytest.importorskip("cupy")
 KiB = 1 << 10
 
 
-@pytest.fixture(autouse=True)
-def _reset_allocator():
-    yield
-    cupy.cuda.set_allocator(None)
-
-
 def _chain(budget, policy):
     """A chain of matmul/tanh/dropout ops summed at the end; returns (result, stats)."""
     pool = coop.allocator(budget)

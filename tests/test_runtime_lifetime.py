@@ -136,3 +136,41 @@ def test_finding_partitioned_policies_fragment_on_this_mlp():
             for _ in range(5):
                 run()
             assert rt.stats()["evictions"] > 0
+
+
+def test_a_dead_ops_kernel_and_attributes_die_with_its_record(make_rt):
+    # the executor kept a dead op's record until a new op reused its id: a kernel closing over
+    # a Tensor kept that storage in the arena after the program dropped everything
+    import gc
+    import weakref
+    rt = make_rt("1MiB")
+    attr = np.arange(4.0)
+
+    def closing_over(held):
+        def closes_over(x, scale):
+            return x + held.numpy()[:4] * scale
+        return closes_over
+
+    closes_over = closing_over(rt.tensor(np.ones(8192)))    # holds 64 KiB of the arena
+    kernel = coop.Kernel(closes_over)
+    x = rt.tensor(np.zeros(4))
+    y = rt.apply(kernel, x, scale=attr)
+    gone, attr_gone = weakref.ref(closes_over), weakref.ref(attr)
+    records = rt._executor.records
+    assert any(r is not None and r.kernel is kernel for r in records)
+    del kernel, attr, closes_over
+    gc.collect()
+    assert gone() is not None and used(rt) > 64 * KiB     # y's record keeps them
+    del y
+    assert gone() is None and attr_gone() is None         # no collector needed
+    assert all(r is None for r in rt._executor.records) and not rt._executor.dying
+    del x
+    assert used(rt) == 0 and rt._engine.live_storages == 0
+
+
+def test_an_op_of_views_only_leaves_no_record(make_rt):
+    rt = make_rt("1MiB")
+    x = rt.tensor(np.arange(6.0))
+    v = rt.apply(coop.Kernel(lambda a: a[1:], name="view"), x)
+    assert v.numpy().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert all(r is None for r in rt._executor.records)

@@ -27,7 +27,8 @@ cdef class Piece:
     cdef Arena arena                   # home.arena, for the C free
     cdef readonly size_t offset        # the piece's offset in the arena
     cdef readonly size_t nbytes        # its rounded size, as CuPy's free hooks report it
-    cdef readonly object stream_key    # the stream it was allocated on (None with base=)
+    cdef public object stream_key      # the stream its free is ordered on: the one it was
+                                       # allocated on, or the one a move read it on last
     cdef readonly Py_ssize_t memory_id # id() of its UnownedMemory, the hooks' pmem_id
 
     def __dealloc__(self):

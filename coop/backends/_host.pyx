@@ -273,10 +273,7 @@ cdef class HostBackend:
 
     def __exit__(self, exc_type, exc, tb):
         self.uninstall()
-        error, self.last_error = self.last_error, None
-        if error is not None and isinstance(exc, MemoryError) and exc is not error:
-            # NumPy replaced the handler's error with its own; show the real reason
-            raise error from exc
+        _reraise_real_error(self, exc)
         return False
 
     def __repr__(self):
@@ -325,6 +322,26 @@ cdef class HostBackend:
             return -1
 
 
+try:
+    from numpy._core._exceptions import _ArrayMemoryError
+except ImportError:          # NumPy 1.x
+    from numpy.core._exceptions import _ArrayMemoryError
+
+
+cdef int _reraise_real_error(HostBackend backend, exc) except -1:
+    """Leaving a block: raise the handler's last error (the real reason) from the MemoryError
+    NumPy raised in its place. Only NumPy's own errors stand for it (its "Unable to allocate"
+    class, or a bare MemoryError with no message or NumPy's "cannot allocate ..."): any other
+    MemoryError (the program's own, raised after it handled the earlier failure) propagates
+    as it is."""
+    error, backend.last_error = backend.last_error, None
+    if error is not None and exc is not error and (type(exc) is _ArrayMemoryError or (
+            type(exc) is MemoryError and exc.__context__ is None and (
+                not exc.args or str(exc.args[0]).startswith("cannot allocate")))):
+        raise error from exc
+    return 0
+
+
 cdef class _Placing:
     """HostBackend.placing's context (a C class: it runs around every kernel). It keeps the
     handler it replaced itself, so entering costs one capsule and two handler swaps."""
@@ -349,10 +366,7 @@ cdef class _Placing:
         cnp.PyDataMem_SetHandler(self.previous)
         self.previous = None
         backend.placement = self.saved
-        error, backend.last_error = backend.last_error, None
-        if error is not None and isinstance(exc, MemoryError) and exc is not error:
-            # NumPy replaced the handler's error with its own; show the real reason
-            raise error from exc
+        _reraise_real_error(backend, exc)
         return False
 
 

@@ -25,6 +25,7 @@ current, it raises ``RuntimeError``; the pool itself serves every device (one ar
 driver: the pool neither reserves memory nor reads the current device or stream (it serves
 ``device``, or device 0), so stream order is the caller's to keep.
 """
+import collections
 import contextlib
 import gc
 import os
@@ -39,12 +40,11 @@ from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
 from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
-from coop.backends._cupy_pool import adopt, serve
+from coop.backends._cupy_pool import Piece, adopt, serve
 from coop.backends import streams
 from coop.backends.base import Backend
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError
-from coop.kernel import Kernel
 
 __all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "allocator"]
 
@@ -93,9 +93,16 @@ def _timing_event():
     return cupy.cuda.Event()
 
 
+def _event_done(event):
+    return event.done       # cudaEventQuery: never waits
+
+
+def _wait_event(event):
+    event.synchronize()
+
+
 def _elapsed_ms(start, end):
-    end.synchronize()
-    return cupy.cuda.get_elapsed_time(start, end)
+    return cupy.cuda.get_elapsed_time(start, end)   # both done
 
 
 def _reserve(device_id, nbytes):
@@ -153,7 +160,8 @@ class _Scopes(threading.local):
 
 class _DeviceArena:
     """One device's arena and the memory behind it; live pieces keep it (and the memory) alive."""
-    __slots__ = ("arena", "device_id", "base", "memory", "stream_key", "stream", "order", "lock")
+    __slots__ = ("arena", "device_id", "base", "memory", "stream_key", "stream", "order", "lock",
+                 "leases")
 
     def __init__(self, arena, device_id, lock):
         self.arena = arena            # offsets of [base, base + capacity); survives releases
@@ -164,6 +172,17 @@ class _DeviceArena:
         self.stream = None            # that stream (recorded on once a second one appears)
         self.order = None             # a StreamOrder once a second stream allocated, else None
         self.lock = lock              # the pool's lock: guards order (frees come from any thread)
+        self.leases = weakref.WeakSet()  # live array_at views (no pieces, yet on the memory)
+
+
+class _Lease:
+    """Owner of an array_at view's memory: keeps its home alive and, while it lives, the
+    reservation (free_all_blocks returns nothing while a lease is out)."""
+    __slots__ = ("home", "__weakref__")
+
+    def __init__(self, home):
+        self.home = home
+        home.leases.add(self)
 
 
 def _call_hooks(hooks, stage, **info):
@@ -313,17 +332,38 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         home = self._home(device_id)
         if home.base is None or not 0 <= offset <= home.arena.capacity - nbytes:
             raise ValueError(f"coop: no {nbytes} bytes at offset {offset} of the reservation")
-        memory = UnownedMemory(home.base + offset, nbytes, home, device_id=home.device_id)
+        # the view is no piece of the arena: its lease keeps free_all_blocks from returning
+        # the reservation under it
+        memory = UnownedMemory(home.base + offset, nbytes, _Lease(home),
+                               device_id=home.device_id)
         return cupy.ndarray((nbytes,), cupy.uint8, MemoryPointer(memory, 0))
 
-    def _adopt_on(self, device_id, offset, nbytes):
+    def _adopt_on(self, device_id, offset, nbytes, source=None):
         """A MemoryPointer owning the used, anonymous piece at offset, taken already by the
-        arena (coop's window moving a storage there), on the current stream."""
+        arena (coop's window moving a storage there), on the current stream. ``source``: the
+        array the move copies from on this stream; its piece's free is ordered after this
+        stream's work from now on (the stream it was allocated on may reuse it at once, and
+        would overwrite it before this stream's copy read it)."""
         home = self._home(device_id)
         key = None
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
-        pointer = adopt(home, home.arena, home.base, offset, nbytes, key, device_id)
+            owner = getattr(getattr(getattr(source, "data", None), "mem", None), "_owner", None)
+            if isinstance(owner, Piece) and owner.home is home:
+                owner.stream_key = key
+        hooks = _get_hooks() if _has_hooks() else None
+        if hooks:   # its free calls the free hooks: its allocation calls the malloc hooks
+            rounded = -(-nbytes // ALIGNMENT) * ALIGNMENT
+            _call_hooks(hooks, "malloc_preprocess", device_id=device_id, size=nbytes,
+                        mem_size=rounded)
+        pointer = None
+        try:
+            pointer = adopt(home, home.arena, home.base, offset, nbytes, key, device_id)
+        finally:
+            if hooks:
+                _call_hooks(hooks, "malloc_postprocess", device_id=device_id, size=nbytes,
+                            mem_size=rounded, mem_ptr=pointer.ptr if pointer is not None else 0,
+                            pmem_id=id(pointer.mem) if pointer is not None else 0)
         if key is not None and (key != home.stream_key or home.order is not None):
             self._order(home, key, stream)
         return pointer
@@ -469,7 +509,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                          f"Make a new coop.allocator(budget) instead")
 
     def free_all_blocks(self, stream=None):
-        """Return the current device's reservation to the driver, if no piece is in use.
+        """Return the current device's reservation to the driver, if no piece is in use (nor
+        a view made by ``array_at``).
 
         With pieces in use there is nothing to release (the arena is one allocation) and this
         does nothing. The arena itself (storages, counters) is kept; the next malloc reserves
@@ -481,7 +522,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         if home is None:
             return
         with self._lock:
-            if home.base is not None and home.arena.stats()["used_bytes"] == 0:
+            if home.base is not None and home.arena.stats()["used_bytes"] == 0 \
+                    and not home.leases:
                 if home.order is not None:
                     streams.synchronize(home.device_id)  # the streams' last uses end first
                 home.base = None
@@ -549,7 +591,7 @@ class _BoundPool(Backend):
         piece at offset (taken already by the arena: coop's window moving a storage there)."""
         pool = self._live()
         self._check(pool)
-        pointer = pool._adopt_on(self.device_id, offset, array.nbytes)
+        pointer = pool._adopt_on(self.device_id, offset, array.nbytes, array)   # the copy reads array
         moved = cupy.ndarray(array.shape, array.dtype, pointer)
         moved.data.copy_from_device_async(array.data, array.nbytes)
         return moved
@@ -565,36 +607,83 @@ class _BoundPool(Backend):
 
 class EventTimer:
     """Times kernels with CUDA events on the current stream (host timers would measure the
-    launch: kernels run asynchronously). ``kernel(k)`` is k recording the events around its
-    function; ``elapsed_ns()`` waits for the end event and gives the last run's time."""
+    launch: kernels run asynchronously), without a synchronize per op.
+
+    ``kernel(k)`` is k recording a pair of events around its function. A pair's time is read
+    once its end event is done: queried (never waited for) at each ``elapsed_ns()``, and with
+    ``BATCH`` pairs outstanding the oldest is waited for. ``elapsed_ns()`` gives the latest
+    time read for the last run's kernel and input shapes (an earlier run of the same work,
+    while this one's events are still in flight); only a key never timed before waits for its
+    own end event, once. At most ``BATCH`` + 1 event pairs live, ``KEYS`` times and ``KEYS``
+    timed kernels (least recently used dropped first)."""
+
+    BATCH = 64
+    KEYS = 1024
 
     def __init__(self):
-        self._start = self._end = None
-        self._timed = {}   # Kernel -> its timed copy
+        self._spare = []                          # event pairs whose times were read
+        self._pending = collections.deque()       # (key, start, end) recorded, not yet read
+        self._times = collections.OrderedDict()   # key -> the latest time read, in ns
+        self._timed = collections.OrderedDict()   # a kernel's options -> its timed copy
+        self._last = None                         # key of the last run
 
     def kernel(self, kernel):
-        timed = self._timed.get(kernel)
-        if timed is None:
-            fn = kernel.fn
+        """kernel recording events around its function; one copy per kernel's options, so
+        applying a plain function (a new coop.Kernel each call) reuses it."""
+        options = (kernel.fn, kernel.name, kernel.cls, kernel.random, kernel.inplace,
+                   kernel.views, kernel.flops, kernel.shape)
+        timed = self._timed.get(options)
+        if timed is not None:
+            self._timed.move_to_end(options)
+            return timed
+        fn, name = kernel.fn, kernel.name
 
-            def run(*args, **kwargs):
-                if self._start is None:
-                    self._start, self._end = _timing_event(), _timing_event()
-                self._start.record()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self._end.record()
+        def run(*args, **kwargs):
+            key = (name, tuple((getattr(a, "shape", None), str(getattr(a, "dtype", "")))
+                               for a in args))
+            start, end = self._spare.pop() if self._spare else (_timing_event(),
+                                                                _timing_event())
+            start.record()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end.record()
+                self._pending.append((key, start, end))
+                self._last = key
+                if len(self._pending) > self.BATCH:
+                    _wait_event(self._pending[0][2])
+                    self._read()
 
-            run.__wrapped__ = fn       # the signature (an xp parameter) stays the kernel's
-            run.__name__ = kernel.name
-            timed = self._timed[kernel] = Kernel(
-                run, name=kernel.name, cls=kernel.cls, random=kernel.random,
-                inplace=kernel.inplace, views=kernel.views, flops=kernel.flops, shape=kernel.shape)
+        run.__wrapped__ = fn       # the signature (an xp parameter) stays the kernel's
+        run.__name__ = name
+        timed = self._timed[options] = kernel.with_fn(run)
+        if len(self._timed) > self.KEYS:
+            self._timed.popitem(last=False)
         return timed
 
+    def _read(self, wait_for=None):
+        """Read the pending pairs in order while their end events are done; wait_for: a key
+        whose latest pair is waited for if no time of it is known."""
+        pending, times = self._pending, self._times
+        while pending:
+            key, start, end = pending[0]
+            if not _event_done(end):
+                if wait_for is None or wait_for in times or \
+                        not any(k == wait_for for k, _, _ in pending):
+                    return
+                _wait_event(end)
+            pending.popleft()
+            times[key] = _elapsed_ms(start, end) * 1e6
+            times.move_to_end(key)
+            if len(times) > self.KEYS:
+                times.popitem(last=False)
+            self._spare.append((start, end))
+
     def elapsed_ns(self):
-        return _elapsed_ms(self._start, self._end) * 1e6
+        """The time of the last run's work (see the class), in ns."""
+        key = self._last
+        self._read(key)
+        return self._times[key]
 
 
 def allocator(budget, device=None, base=None):

@@ -10,6 +10,7 @@ allocates. The driver calls are the functions below, which tests replace with fa
 """
 import itertools
 import threading
+import weakref
 
 import cupy
 
@@ -57,44 +58,114 @@ def synchronize(device_id):
     cupy.cuda.runtime.deviceSynchronize()  # the device is current: malloc runs on it
 
 
+def done(event):
+    return event.done       # cudaEventQuery: never waits
+
+
+def _liveness(key, stream):
+    """What tells whether key's stream can still run work: a weak reference to it (to its
+    thread, for a per-thread default stream: they share one Stream object), or None when it
+    cannot be referenced weakly (then it is kept)."""
+    try:
+        return weakref.ref(threading.current_thread() if isinstance(key, tuple) else stream)
+    except TypeError:
+        return None
+
+
 class StreamOrder:
     """One device's stream bookkeeping, made when a second stream allocates.
 
-    Per stream key: its stream, one event, ``freed`` (pieces freed on it so far) and
-    ``recorded`` (how many of those the event's last record covers). ``waited[b][a]``: how many
-    of a's frees stream b has waited for. Before b gets memory, it waits for every other
-    stream's frees it has not waited for yet (conservative: whichever piece it gets). The event
-    of a stream is recorded lazily, when a waiter needs it (a record later than the frees
-    covers them); a per-thread default stream can only be recorded from its own thread, so its
-    frees are recorded at the free, and one freed elsewhere makes the next waiter synchronize
-    the device. All under the pool's lock (frees come from any thread).
+    Per stream key: its stream (held weakly where it can be: a stream the program dropped is
+    forgotten), one event, ``freed`` (pieces freed on it so far) and ``recorded`` (how many of
+    those the event's last record covers). ``waited[b][a]``: how many of a's frees stream b has
+    waited for; ``synced[a]``: how many of a's frees are known complete (a device sync, or a's
+    event found done), which no stream need wait for. Before b gets memory, it waits for every
+    other stream's frees it has not waited for yet (conservative: whichever piece it gets).
+    The event of a stream is recorded lazily, when a waiter needs it (a record later than the
+    frees covers them); a per-thread default stream can only be recorded from its own thread,
+    so its frees are recorded at the free, and frees no event can cover (another thread's
+    per-thread stream, a stream gone) make the next waiter synchronize the device. Streams
+    gone are forgotten when a new stream appears, once their frees are complete. All under
+    the pool's lock (frees come from any thread).
     """
-    __slots__ = ("streams", "events", "freed", "recorded", "waited", "synced", "device_id")
+    __slots__ = ("streams", "alive", "events", "freed", "recorded", "waited", "synced",
+                 "device_id")
 
     def __init__(self, device_id, key, stream):
         self.device_id = device_id
-        self.streams = {key: stream}   # every stream served since the reservation (kept alive)
+        self.streams = {}              # key -> its stream (None once it is gone)
+        self.alive = {}                # key -> its _liveness, or None (kept: held strongly)
         self.events = {}               # key -> its event, made at its first record
-        self.freed = {key: 1}          # frees before this bookkeeping existed: assume some
-        self.recorded = {key: 0}
+        self.freed = {}
+        self.recorded = {}
         self.waited = {}               # waiter key -> {key: frees of key it waited for}
-        self.synced = {}               # key -> its frees complete at the last device sync
+        self.synced = {}               # key -> its frees known complete
+        self.add(key, stream)
+        self.freed[key] = 1            # frees before this bookkeeping existed: assume some
 
     def add(self, key, stream):
-        if key not in self.streams:
-            self.streams[key] = stream
-            self.freed[key] = self.recorded[key] = 0
+        if key in self.streams and self._stream(key) is not None:
+            return
+        if key in self.streams:        # a new stream with a dead one's handle
+            self._sync_if_pending(key)
+            self._forget(key)
+        self._sweep()
+        alive = _liveness(key, stream)
+        self.alive[key] = alive
+        self.streams[key] = None if alive is not None and not isinstance(key, tuple) else stream
+        self.freed.setdefault(key, 0)
+        self.recorded[key] = 0
+
+    def _stream(self, key):
+        """key's stream, or None when it is gone (or was forgotten)."""
+        if key not in self.alive:
+            return None
+        alive = self.alive[key]
+        if alive is None:
+            return self.streams[key]
+        target = alive()
+        if target is None:
+            return None
+        return self.streams[key] if isinstance(key, tuple) else target
+
+    def _complete(self, key):
+        freed = self.freed.get(key, 0)
+        if freed <= self.synced.get(key, 0):
+            return True
+        event = self.events.get(key)
+        if event is not None and self.recorded.get(key, 0) >= freed and done(event):
+            self.synced[key] = freed
+            return True
+        return False
+
+    def _sync_if_pending(self, key):
+        if not self._complete(key):
+            synchronize(self.device_id)
+            self.synced = dict(self.freed)
+
+    def _forget(self, key):
+        for table in (self.streams, self.alive, self.events, self.freed, self.recorded,
+                      self.synced, self.waited):
+            table.pop(key, None)
+        for waited in self.waited.values():
+            waited.pop(key, None)
+
+    def _sweep(self):
+        """Forget the streams gone whose frees are complete."""
+        for key in [k for k in self.streams if self._stream(k) is None]:
+            if self._complete(key):
+                self._forget(key)
 
     def on_free(self, key):
         freed = self.freed[key] = self.freed.get(key, 0) + 1
-        if isinstance(key, tuple) and key[1] == thread_number():
+        if isinstance(key, tuple) and key[1] == thread_number() and key in self.streams:
             self._record(key, freed)   # its own thread: the only one that can record it
 
     def _record(self, key, freed):
         event = self.events.get(key)
         if event is None:
             event = self.events[key] = new_event()
-        record(event, self.streams[key])
+        record(event, self._stream(key))
         self.recorded[key] = freed
 
     def before_malloc(self, key, stream):
@@ -107,14 +178,17 @@ class StreamOrder:
         for other, freed in self.freed.items():
             if other == key or freed <= max(waited.get(other, 0), synced.get(other, 0)):
                 continue
-            if self.recorded[other] < freed:
-                if isinstance(other, tuple) and other[1] != me:
-                    # another thread's per-thread stream, freed outside it: no handle reaches
-                    # it from here, so wait for the whole device instead
+            if self.recorded.get(other, 0) < freed:
+                if (isinstance(other, tuple) and other[1] != me) or \
+                        self._stream(other) is None:
+                    # another thread's per-thread stream freed outside it, or a stream gone:
+                    # no handle records it from here, so wait for the whole device instead
                     synchronize(self.device_id)
                     self.synced = dict(self.freed)
                     return
                 self._record(other, freed)
+            elif self._complete(other):
+                continue
             pending.append(other)
         for other in pending:
             wait(stream, self.events[other])

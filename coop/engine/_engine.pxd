@@ -23,6 +23,7 @@ cdef class Executor:
     cpdef int run(self, int op) except -1
     cpdef bint drop(self, int storage) except -1
     cpdef int forget(self, int storage) except -1
+    cpdef int forget_op(self, int op) except -1
     cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1
     cpdef bint relocate(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
     cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1

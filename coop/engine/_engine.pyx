@@ -69,6 +69,10 @@ cdef class Executor:
         """storage's record died: free its memory if it has any, and what is kept for it."""
         raise NotImplementedError
 
+    cpdef int forget_op(self, int op) except -1:
+        """op's record died: what is kept to run it again (its kernel, attributes) may go."""
+        return 0
+
     cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1:
         """Give dst new memory (placement) holding src's bytes, bound to dst; then free the
         anonymous piece at release (>= 0), if the executor frees pieces itself."""

@@ -177,6 +177,7 @@ cdef class _Records(_Clock):
         self.live_out[o] = 0
         self.generation[o] += 1
         self.free_ops.push_back(o)
+        self.executor.forget_op(o)
         return 0
 
     cdef int _die(self, int s) except -1:

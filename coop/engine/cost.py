@@ -1,6 +1,8 @@
 """Cost models: a device's peak compute and bandwidth, what the roofline model prices ops with
 and what the engine charges for copying a byte (a move, an in-place op's copy of an old value).
 """
+import math
+import numbers
 from dataclasses import dataclass
 
 __all__ = ["DEVICES", "DeviceSpec", "device_spec"]
@@ -14,6 +16,17 @@ class DeviceSpec:
     flops_per_s: float      # fp32 peak
     bytes_per_s: float      # memory bandwidth
     launch_ns: float = 0.0  # fixed cost per kernel
+
+    def __post_init__(self):
+        # a zero rate divides by zero at the first cost, a negative one is silently ignored
+        # by the roofline's max: refuse both where the spec is made
+        for field, positive in (("flops_per_s", True), ("bytes_per_s", True),
+                                ("launch_ns", False)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or not math.isfinite(value) or value < 0 or (positive and value == 0):
+                raise ValueError(f"coop: DeviceSpec {self.name!r}: {field} must be a finite "
+                                 f"number {'> 0' if positive else '>= 0'}, got {value!r}")
 
     @property
     def copy_ns_per_byte(self):

@@ -1,0 +1,75 @@
+"""benchmarks/device_summary.py, the device check's table, read from results a GPU run leaves
+(made up here: no GPU has to run for the parsing to be checked)."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUMMARY = os.path.join(ROOT, "benchmarks", "device_summary.py")
+
+
+def summarize(out):
+    run = subprocess.run([sys.executable, SUMMARY, str(out)], capture_output=True, text=True)
+    rows = {}
+    for line in run.stdout.splitlines()[2:]:
+        name, rest = line[:19].strip(), line[21:]
+        rows[name] = (rest[:9].strip(), rest[11:])
+    return run.returncode, rows
+
+
+def write(out, name, text):
+    (out / name).write_text(text)
+
+
+def gpu_run(out, *, failed_test=False, differs=False):
+    status = [("build", 0, 50), ("collect", 0, 9), ("collect_nompi", 0, 9), ("tests", 0, 80),
+              ("probes", 0, 40), ("bench_alloc", 0, 30), ("gpt", 0, 60), ("gpt_dropout", 0, 40)]
+    write(out, "status.tsv", "".join(f"{n}\t{rc}\t{s}\t\n" for n, rc, s in status))
+    write(out, "collect.log", "...\n101/1984 tests collected (1883 deselected) in 3.2s\n")
+    write(out, "collect_nompi.log", "ERROR tests/test_bench.py\n100/1974 tests collected "
+                                    "(1874 deselected), 1 error in 3.0s\n")
+    write(out, "tests_test_random.log", "....\n4 passed, 12 deselected in 2.1s\n")
+    write(out, "tests_test_cupy_pool.log",
+          "F.\n1 failed, 23 passed in 1.0s\n" if failed_test else "..\n24 passed in 1.0s\n")
+    write(out, "probes.json", json.dumps({
+        "reservation": {"ok": True, "detail": ""}, "costs": {"ok": None, "detail": ""},
+        "timing_overhead": {"ok": True, "detail": "x1.08"}, "timing_overhead_ratio": 1.08}))
+    write(out, "alloc.json", json.dumps({"gpu": True, "rows": {"512": {
+        "coop pool.malloc": 1.5, "cupy pool.malloc": 1.25}}}))
+    for dropout, same in (("0.0", not differs), ("0.1", True)):
+        write(out, f"gpt_cupy_dropout{dropout}.json", json.dumps({
+            "bitexact": same, "ratio": {"evictions": 12, "recomputes": 30}}))
+
+
+def test_a_passing_gpu_run_reads_ok_in_every_row_but_a_collection_error(tmp_path):
+    gpu_run(tmp_path)
+    rc, rows = summarize(tmp_path)
+    assert rows["tests"] == ("ok", "28 passed, 12 deselected")
+    assert rows["probes"] == ("ok", "2 pass, 0 fail, 1 info")
+    assert rows["malloc/free vs CuPy"] == ("ok", "512 B: coop 1.50 us, CuPy 1.25 us")
+    assert rows["GPT bit-exact 0.5x"] == ("ok", "bit-exact, 12 evictions, 30 recomputes")
+    assert rows["timing overhead"] == ("ok", "x1.08")
+    assert rows["collect"] == ("ok", "101 cuda tests collected")
+    assert rows["collect, no libmpi"][0] == "FAIL" and "tests/test_bench.py" in \
+        rows["collect, no libmpi"][1]
+    assert rc == 1
+
+
+def test_a_failing_test_file_and_a_differing_gpt_fail_their_rows_only(tmp_path):
+    gpu_run(tmp_path, failed_test=True, differs=True)
+    rc, rows = summarize(tmp_path)
+    assert rows["tests"][0] == "FAIL" and "test_cupy_pool: 1 failed, 0 errors" in rows["tests"][1]
+    assert rows["GPT bit-exact 0.5x"][0] == "FAIL" and rows["GPT dropout 0.5x"][0] == "ok"
+    assert rc == 1
+
+
+def test_without_a_device_every_gpu_row_reads_no_device(tmp_path):
+    write(tmp_path, "status.tsv", "build\t0\t60\t\ncollect\t0\t9\t\ncollect_nompi\t0\t9\t\n" + "".join(
+        f"{n}\t-\t-\tno device\n" for n in ("tests", "probes", "bench_alloc", "gpt", "gpt_dropout")))
+    write(tmp_path, "collect.log", "101/1984 tests collected (1883 deselected) in 3.2s\n")
+    write(tmp_path, "collect_nompi.log", "100/1974 tests collected (1874 deselected) in 3.0s\n")
+    rc, rows = summarize(tmp_path)
+    assert rc == 0 and rows["build"] == ("ok", "60 s")
+    assert [rows[n][0] for n in ("tests", "probes", "malloc/free vs CuPy", "GPT bit-exact 0.5x",
+                                 "GPT dropout 0.5x", "timing overhead")] == ["no device"] * 6
