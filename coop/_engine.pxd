@@ -98,7 +98,7 @@ cdef class Engine(Evictor):
     cdef int _make_room(self, int o) except -1
     cdef int _moved_to(self, int s, size_t dst) except -1
     cdef bint c_make_room(self, int o, vector[size_t]& need) except -1
-    cdef int _release(self, vector[Py_ssize_t]& taken, bint logging) except -1
+    cdef int _release(self, vector[Py_ssize_t]& taken) except -1
     cdef int _evict_eagerly(self, int s) except -1
     cdef int _account(self, int o, bint recompute) except -1
     # records
