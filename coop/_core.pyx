@@ -417,13 +417,9 @@ cdef class Arena:
         return 0
 
     cdef Py_ssize_t c_compact(self, size_t size, double now, Evictor evictor) except -2:
-        """Compaction inside one window (docs/core.md, "Moving"): the cheapest run of adjacent
-        pieces, none a wall, whose free and candidate bytes cover size (candidates cost h,
-        movable non-candidates a copy each); its candidates are evicted through evictor, then
-        its movable pieces slide to its low end in address order (evictor.slide copies each
-        one's bytes, memmove-like), so that size bytes are free from the returned offset. -1
-        when no run covers size, or when the evictor refused a victim or a slide (what was
-        done stays done: a valid state). Only with moving on."""
+        """Compaction inside one window for size (rounded) bytes, evicting and sliding through
+        evictor (docs/core.md, "Moving"): the offset from which size bytes are free, or -1 (what
+        was done stays done: a valid state). Only with moving on."""
         if self.ideal or not self.move_rate < INFINITY:
             return -1
         return self.loop.compact(self, size, now, evictor)
@@ -640,12 +636,7 @@ cdef class Arena:
 
     def choose_victims(self, nbytes, policy, now):
         """The storages the policy would evict for a request of nbytes (evicts nothing)."""
-        cdef size_t size = _checked_request(self, nbytes)
-        cdef int code = policy_code(policy, self.ideal)
-        cdef vector[int] victims
-        cdef MovePlan plan
-        self.chooser.choose(size, code, _clock_arg(now), self.move_rate, victims, &plan)
-        return [self.storages.at[s].sid for s in victims]
+        return self.choose_plan(nbytes, policy, now)["victims"]
 
     def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE,
                           move=None):
@@ -701,8 +692,7 @@ cdef class Arena:
         return self.log.take()
 
     def stats(self):
-        cdef Counters* c = &self.loop.counts
-        return {
+        out = {
             "capacity": self.capacity,
             "ideal": bool(self.ideal),
             "used_bytes": self.used_bytes,
@@ -711,17 +701,9 @@ cdef class Arena:
             "largest_free": self.largest_free(),
             "pieces": self.table.count,
             "free_pieces": self.table.n_free,
-            "evictions": c.evictions,
-            "bytes_evicted": c.bytes_evicted,
-            "searches": c.searches,
-            "search_time": c.search_time,
-            "fragmentation_rate": c.frag_sum / c.searches if c.searches else 0.0,
-            "failed_allocations": c.failed,
-            "largest_free_ratio": c.largest_ratio_sum / c.failed if c.failed else 0.0,
-            "window_moves": c.moves,
-            "bytes_moved": c.bytes_moved,
-            "move_cost": c.move_cost_sum,
         }
+        out.update(self.loop.stats())
+        return out
 
     def check(self):
         """Verify every invariant; raise coop.errors.InternalError naming the first one broken."""

@@ -13,6 +13,22 @@ cdef inline double _monotonic() noexcept nogil:
 cdef class EvictionLoop:
     """Arena.c_allocate_or_evict's loop, the carrying out of move plans, and compaction."""
 
+    def stats(self):
+        """The counters, as Arena.stats names them."""
+        cdef Counters* c = &self.counts
+        return {
+            "evictions": c.evictions,
+            "bytes_evicted": c.bytes_evicted,
+            "searches": c.searches,
+            "search_time": c.search_time,
+            "fragmentation_rate": c.frag_sum / c.searches if c.searches else 0.0,
+            "failed_allocations": c.failed,
+            "largest_free_ratio": c.largest_ratio_sum / c.failed if c.failed else 0.0,
+            "window_moves": c.moves,
+            "bytes_moved": c.bytes_moved,
+            "move_cost": c.move_cost_sum,
+        }
+
     cdef void lost(self, int slot) noexcept:
         """slot's storage was removed: an eviction loop placing it must not go on."""
         cdef size_t i
@@ -142,8 +158,12 @@ cdef class EvictionLoop:
 
     cdef Py_ssize_t compact(self, Arena arena, size_t size, double now,
                             Evictor evictor) except -2:
-        """Arena.c_compact: evict the compaction window's candidates, then slide its movers to
-        its low end in address order; the offset from which size bytes are free, or -1."""
+        """Arena.c_compact: the cheapest run of adjacent pieces, none a wall, whose free and
+        candidate bytes cover size (candidates cost h, movable non-candidates a copy each); its
+        candidates are evicted through evictor, then its movable pieces slide to its low end in
+        address order (evictor.slide copies each one's bytes, memmove-like), so that size bytes
+        are free from the returned offset. -1 when no run covers size, or when the evictor
+        refused a victim or a slide."""
         cdef size_t best_lo, best_end, j
         if not arena.chooser.compact_window(size, now, arena.move_rate, &best_lo, &best_end):
             return -1
