@@ -1,4 +1,4 @@
-"""Trace replay (coop/trace.py, coop/_replay.pyx, coop/replay.py, `coop replay`): the DTR log
+"""Trace replay (coop/trace/, coop/trace/_replay.pyx, coop/trace/replay.py, `coop replay`): the DTR log
 importer record by record, errors that name their line, the oracles (DTR's uniform linear
 chain, overhead exactly 1.0 when unlimited, recorded runs replaying with the run's evictions
 and recomputes), and the arena's invariants after a replay runs out of memory."""
@@ -10,9 +10,9 @@ import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss, train_deep_mlp
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop import ops
-from coop._replay import Replayer
+from coop.trace._replay import Replayer
 from coop.models import GPT, paper
 from coop.optim import AdamW
 from coop.errors import TraceError
@@ -438,7 +438,7 @@ def test_a_dtr_log_may_write_every_number_as_a_string(tmp_path):
     ([([], [0], [-1], [], None, 1.0, 0, False, 0)], [(1, 0)], "op 0 has 9 fields"),
 ])
 def test_a_program_built_by_hand_has_every_index_checked(ops, records, message):
-    from coop._replay import Program
+    from coop.trace._replay import Program
     with pytest.raises(ValueError, match=message):
         Program(1, [64], records, ops, ["f"] * len(ops))
 
@@ -527,7 +527,7 @@ def test_the_arena_is_consistent_after_a_replay_runs_out_of_memory(resnet_trace)
 # ---- the command ----------------------------------------------------------------------------------
 
 def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
-    from coop.__main__ import main
+    from coop.cli.main import main
     assert main(["replay", str(resnet_trace), "--budget", "0.5", "--policy", "coop,dtr,dtr-ideal"]) == 0
     out = capsys.readouterr().out
     assert "(ratio 1.0; the unlimited run used" in out and "compute overhead" in out \

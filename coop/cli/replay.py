@@ -10,7 +10,7 @@ import math
 import os
 import sys
 
-from coop import replay as R
+from coop.trace import replay as R
 from coop.budget import parse_budget
 from coop.errors import UsageError
 from coop.policies import POLICIES
@@ -100,7 +100,7 @@ def parse_ratio_or_size(text):
 
 
 def _timelines(args, program, results):
-    from coop import timeline
+    from coop.trace import timeline
     stem, suffix = os.path.splitext(args.timeline)
     for r in results:
         path = args.timeline if len(results) == 1 else f"{stem}-{r['policy']}{suffix or '.html'}"
