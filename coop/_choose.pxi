@@ -1,5 +1,5 @@
 # The victim choice (included by _core.pyx): the one-at-a-time loops of dtr, dte, lru and size,
-# and coop's windows, found by ONE two-pointer scan (next_window) over scratch arrays that fill
+# and coop's windows, found by ONE two-pointer scan (scan_windows) over scratch arrays that fill
 # sweeps from the scan runs. The evict-only window, the moving window (MovePlanner) and the
 # compaction window differ only in what an entry costs and frees.
 
@@ -10,61 +10,59 @@ cdef inline double _stale(double last_access, double now) noexcept:
     return s if s > 1.0 else 1.0
 
 
-cdef struct Window:
-    # The two-pointer scan's state: entries lo..end-1 are the window, covering `covered` bytes.
-    # p_right - p_left is the running-sum cost of docs/core.md (the other entries' values with a
-    # lane array, whose movers sum apart in q_right - q_left); the sums restart at a wall only,
-    # so they are the reference's sums bit for bit.
-    size_t lo
+cdef struct Best:
+    # the cheapest window a scan without a planner found
+    size_t lo           # its entries are lo..end-1
     size_t end
-    size_t covered
-    double p_left
-    double p_right
-    double q_left
-    double q_right
-    bint covering       # the window returned last covers: its start advances first
+    double cost         # its cost (running sums)
+    double sum          # the running sum p_right at it (what bounds the sums' rounding)
+    bint found
 
 
-cdef inline void start_scan(Window* w) noexcept:
-    w.lo = w.end = w.covered = 0
-    w.p_left = w.p_right = w.q_left = w.q_right = 0.0
-    w.covering = False
-
-
-cdef inline bint next_window(Window* w, size_t total, size_t size, double* value, size_t* cover,
-                             unsigned char* flags, unsigned char keep,
-                             unsigned char* lane) noexcept:
-    """Advance to the next window that covers size: from each start lo, the smallest one (end
+cdef inline void scan_windows(size_t total, size_t size, double* value, size_t* cover,
+                              unsigned char* flags, unsigned char keep, unsigned char* lane,
+                              MovePlanner planner, Best* best) noexcept:
+    """The two-pointer scan: from each start lo, the smallest window lo..j that covers size (j
     grows until it covers, then lo advances). An entry with no flag of keep is a wall; an entry
-    costs value and frees cover bytes; with lane (may be NULL), lane[j] != 0 sums into q."""
-    cdef size_t j
-    if w.covering:
-        if lane != NULL and lane[w.lo]:
-            w.q_left = w.q_left + value[w.lo]
-        else:
-            w.p_left = w.p_left + value[w.lo]
-        w.covered -= cover[w.lo]
-        w.lo += 1
-        if w.covered >= size:
-            return True
-        w.covering = False
-    while w.end < total:
-        j = w.end
-        w.end += 1
+    costs value and frees cover bytes. p_right - p_left is the running-sum cost of docs/core.md:
+    both restart at a wall only, so they are the reference's sums bit for bit; with lane (may be
+    NULL), the entries with lane[j] != 0 sum apart, in q_right - q_left. Each window goes to
+    planner.visit; without a planner, best keeps the cheapest (ties: the first)."""
+    cdef size_t j, lo = 0, covered = 0
+    cdef double cost, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
+    best.found = False
+    best.cost = INFINITY
+    best.sum = 0.0
+    for j in range(total):
         if not (flags[j] & keep):
-            w.p_left = w.p_right = w.q_left = w.q_right = 0.0
-            w.covered = 0
-            w.lo = j + 1
+            p_left = p_right = q_left = q_right = 0.0
+            covered = 0
+            lo = j + 1
             continue
         if lane != NULL and lane[j]:
-            w.q_right = w.q_right + value[j]
+            q_right = q_right + value[j]
         else:
-            w.p_right = w.p_right + value[j]
-        w.covered += cover[j]
-        if w.covered >= size:
-            w.covering = True
-            return True
-    return False
+            p_right = p_right + value[j]
+        covered += cover[j]
+        while covered >= size:
+            if planner is None:
+                cost = p_right - p_left
+                # the first window counts even when its cost is not a number (costs so large
+                # their sums overflow: inf - inf), as the reference's
+                if cost < best.cost or not best.found:
+                    best.found = True
+                    best.cost = cost
+                    best.lo = lo
+                    best.end = j + 1
+                    best.sum = p_right
+            else:
+                planner.visit(lo, j, p_left, p_right, q_left, q_right)
+            if lane != NULL and lane[lo]:
+                q_left = q_left + value[lo]
+            else:
+                p_left = p_left + value[lo]
+            covered -= cover[lo]
+            lo += 1
 
 
 @cython.final
@@ -177,24 +175,15 @@ cdef class Chooser:
         """The cheapest window of free and candidate entries (fill's arrays) that covers size:
         entries [best_lo, best_end), its cost (running sums) and the running sum at it (what
         bounds the sums' rounding); False when there is none."""
-        cdef Window w
-        cdef double cost
-        cdef bint found = False
-        best_cost[0] = INFINITY
-        best_sum[0] = 0.0
-        start_scan(&w)
-        while next_window(&w, total, size, self.h.data(), self.size.data(), self.flags.data(),
-                          W_FREE | W_CANDIDATE, NULL):
-            cost = w.p_right - w.p_left
-            # the first window counts even when its cost is not a number (costs so large
-            # their sums overflow: inf - inf), as the reference's
-            if cost < best_cost[0] or not found:
-                found = True
-                best_cost[0] = cost
-                best_lo[0] = w.lo
-                best_end[0] = w.end
-                best_sum[0] = w.p_right
-        return found
+        cdef Best best
+        scan_windows(total, size, self.h.data(), self.size.data(), self.flags.data(),
+                     W_FREE | W_CANDIDATE, NULL, None, &best)
+        if best.found:
+            best_lo[0] = best.lo
+            best_end[0] = best.end
+            best_cost[0] = best.cost
+            best_sum[0] = best.sum
+        return best.found
 
     cdef void take_window(self, size_t best_lo, size_t best_end, double best_cost,
                           vector[int]& victims, MovePlan* plan) noexcept:
@@ -242,15 +231,9 @@ cdef class Chooser:
             else:             # a mover (or a wall): stays in the window, its bytes cost a copy
                 vs[j] = <double>ss[j] * rate
                 cs[j] = 0
-        cdef Window w
-        cdef double cost, best_cost = INFINITY
-        cdef bint found = False
-        start_scan(&w)
-        while next_window(&w, total, size, vs, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, NULL):
-            cost = w.p_right - w.p_left
-            if cost < best_cost or not found:
-                found = True
-                best_cost = cost
-                best_lo[0] = w.lo
-                best_end[0] = w.end
-        return found
+        cdef Best best
+        scan_windows(total, size, vs, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, NULL, None, &best)
+        if best.found:
+            best_lo[0] = best.lo
+            best_end[0] = best.end
+        return best.found

@@ -195,8 +195,17 @@ cdef class MovePlanner:
     cdef vector[size_t] outb            # plan's scratch: free sizes outside the window
     cdef vector[size_t] chosen          # ... moved sizes, largest first
     cdef vector[unsigned char] moved_flag   # ... moved entries of the window
+    cdef vector[int] moved              # ... the plan's moved entries
+    cdef double rate                    # the search's move cost per byte
+    cdef double ub                      # ... the evict-only window's cost, a bound from above
+    cdef double best_cost               # ... the best plan so far: its cost
+    cdef size_t best_lo                 # ... its entries, best_lo..best_end-1 (best_end 0: none)
+    cdef size_t best_end
+    cdef vector[int] best_moved         # ... its moved entries
     cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
                      MovePlan* plan) noexcept
+    cdef void visit(self, size_t lo, size_t j, double p_left, double p_right, double q_left,
+                    double q_right) noexcept
     cdef bint plan(self, size_t lo, size_t end, double rate, vector[size_t]& outb,
                    vector[int]& moved, double* cost) noexcept
     cdef void destinations(self, size_t best_lo, size_t best_end, vector[int]& best_moved,

@@ -54,8 +54,8 @@ cdef class MovePlanner:
         cdef unsigned char* lane = self.mover.data()
         cdef size_t* ss = scan.size.data()
         cdef unsigned char* fs = scan.flags.data()
-        cdef size_t j, lo, best_lo = 0, best_end = 0, i
-        cdef double m, cost, lb, best_cost = INFINITY
+        cdef size_t j
+        cdef double m
         cdef unsigned char f
         self.nfree.resize(total + 1)
         self.nmand.resize(total + 1)
@@ -98,45 +98,58 @@ cdef class MovePlanner:
         if ub != ub:
             ub = INFINITY
         sort(self.bins.begin(), self.bins.end())   # largest first, then lowest address
-        cdef int n_bins = <int>self.bins.size(), n_mand, n_out, n_movers
-        cdef vector[int] moved, best_moved
-        cdef Window w
+        self.ub = ub
+        self.rate = rate
+        self.best_cost = INFINITY
+        self.best_end = 0
+        self.best_moved.clear()
         # the movers' running sums (move costs, often far larger) are apart from the others',
         # so a window without movers gets its bound as precisely as the evict-only scan's
-        start_scan(&w)
-        while next_window(&w, total, size, vs, ss, fs, W_FREE | W_CANDIDATE | W_MOVABLE, lane):
-            lo = w.lo
-            j = w.end - 1
-            # below the exact sum of v: a difference of running sums may be off by a few of
-            # their ulps (n additions err by at most n * 2^-53 of the sum)
-            lb = w.p_right - w.p_left - w.p_right * 1e-10
-            if nmand[j + 1] + nopt[j + 1] != nmand[lo] + nopt[lo]:
-                lb = lb + (w.q_right - w.q_left - w.q_right * 1e-10)
-            n_mand = nmand[j + 1] - nmand[lo]
-            n_out = n_bins - (nfree[j + 1] - nfree[lo])
-            # quick refusals and the plan without movers need no destinations
-            if (best_end == 0 or not (lb >= best_cost)) and n_mand <= n_out and not (lb > ub):
-                # the largest destinations outside, as many as there are pieces that may move
-                # (a plan never uses more)
-                self.outb.clear()
-                n_movers = n_mand + nopt[j + 1] - nopt[lo]
-                i = 0
-                while <int>self.outb.size() < n_movers and i < <size_t>n_bins:
-                    if self.bins[i].second < lo or self.bins[i].second > j:
-                        self.outb.push_back(SIZE_MAX - self.bins[i].first)
-                    i += 1
-                if self.plan(lo, j + 1, rate, self.outb, moved, &cost):
-                    if cost < best_cost or best_end == 0:
-                        best_cost = cost
-                        best_lo = lo
-                        best_end = j + 1
-                        best_moved.swap(moved)
-        if best_end == 0:
+        cdef Best unused
+        scan_windows(total, size, vs, ss, fs, W_FREE | W_CANDIDATE | W_MOVABLE, lane, self,
+                     &unused)
+        if self.best_end == 0:
             return
-        plan.cost = best_cost
-        plan.start = <Py_ssize_t>scan.pieces.at[scan.piece[best_lo]].offset
-        plan.pieces = <Py_ssize_t>(best_end - best_lo)
-        self.destinations(best_lo, best_end, best_moved, victims, plan)
+        plan.cost = self.best_cost
+        plan.start = <Py_ssize_t>scan.pieces.at[scan.piece[self.best_lo]].offset
+        plan.pieces = <Py_ssize_t>(self.best_end - self.best_lo)
+        self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
+
+    cdef void visit(self, size_t lo, size_t j, double p_left, double p_right, double q_left,
+                    double q_right) noexcept:
+        """The window of entries lo..j: its exact plan when its lower bound (the running sums
+        of v) can beat both the best plan so far and the evict-only bound."""
+        cdef int* nfree = self.nfree.data()
+        cdef int* nmand = self.nmand.data()
+        cdef int* nopt = self.nopt.data()
+        cdef int n_bins = <int>self.bins.size(), n_mand, n_out, n_movers
+        cdef double lb, cost
+        cdef size_t i
+        # below the exact sum of v: a difference of running sums may be off by a few of their
+        # ulps (n additions err by at most n * 2^-53 of the sum)
+        lb = p_right - p_left - p_right * 1e-10
+        if nmand[j + 1] + nopt[j + 1] != nmand[lo] + nopt[lo]:
+            lb = lb + (q_right - q_left - q_right * 1e-10)
+        n_mand = nmand[j + 1] - nmand[lo]
+        n_out = n_bins - (nfree[j + 1] - nfree[lo])
+        # quick refusals and the plan without movers need no destinations
+        if (self.best_end == 0 or not (lb >= self.best_cost)) and n_mand <= n_out \
+                and not (lb > self.ub):
+            # the largest destinations outside, as many as there are pieces that may move (a
+            # plan never uses more)
+            self.outb.clear()
+            n_movers = n_mand + nopt[j + 1] - nopt[lo]
+            i = 0
+            while <int>self.outb.size() < n_movers and i < <size_t>n_bins:
+                if self.bins[i].second < lo or self.bins[i].second > j:
+                    self.outb.push_back(SIZE_MAX - self.bins[i].first)
+                i += 1
+            if self.plan(lo, j + 1, self.rate, self.outb, self.moved, &cost):
+                if cost < self.best_cost or self.best_end == 0:
+                    self.best_cost = cost
+                    self.best_lo = lo
+                    self.best_end = j + 1
+                    self.best_moved.swap(self.moved)
 
     cdef void destinations(self, size_t best_lo, size_t best_end, vector[int]& best_moved,
                            vector[int]& victims, MovePlan* plan) noexcept:
