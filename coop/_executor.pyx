@@ -335,9 +335,7 @@ cdef class ArrayExecutor(Executor):
                         raise
                     request = err.request
                 ins = None                # the arrays go, so that the inputs can move
-                if arena.logging:         # only the last attempt's allocations are the kernel's
-                    arena.take_log()
-                    arena.start_log()
+                arena.log.c_restart()     # only the last attempt's allocations are the kernel's
                 engine.c_retry(o, request)
             del ins
             placed = self.adopt(outs, placement, [v.sid for v in rec.inputs])

@@ -17,7 +17,7 @@ def build(arena, layout):
 
 
 def storages(arena, costs, neighbors=None):
-    """Register storages 0..n-1 with the given costs and neighbour lists."""
+    """Register storages 0..n-1 with the given costs and neighbor lists."""
     for sid, cost in enumerate(costs):
         arena.add_storage(sid, cost, (neighbors or {}).get(sid, ()))
 

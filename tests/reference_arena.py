@@ -8,7 +8,7 @@ import math
 import operator
 import time
 
-from coop.errors import OutOfMemoryError
+from coop.errors import InternalError, OutOfMemoryError
 
 EXPENSIVE = 0
 CHEAP = 1
@@ -210,7 +210,7 @@ class ReferenceArena:
     # ---- classes -----------------------------------------------------------------------------
 
     def _join_class(self, sid):
-        """sid was just evicted: class {sid}, merged with every evicted neighbour's class."""
+        """sid was just evicted: class {sid}, merged with every evicted neighbor's class."""
         st = self._storages[sid]
         cid = self._next_class
         self._next_class += 1
@@ -258,7 +258,7 @@ class ReferenceArena:
         sid, nbytes = piece[STORAGE], piece[SIZE]
         if policy == "dtr":
             return self._cprime(sid) / (nbytes * self._staleness(sid, now))
-        if policy == "dte" and not self.ideal:   # an ideal arena has no neighbours in memory
+        if policy == "dte" and not self.ideal:   # an ideal arena has no neighbors in memory
             if i > 0 and self._pieces[i - 1][FREE]:
                 nbytes += self._pieces[i - 1][SIZE]
             if i + 1 < len(self._pieces) and self._pieces[i + 1][FREE]:
@@ -700,7 +700,7 @@ class ReferenceArena:
                     still.append(v)
             # a victim the owner refused (made unevictable or pinned) is simply not chosen again
             if still:
-                raise RuntimeError(f"the evict callback left {still} resident and evictable")
+                raise InternalError(f"the evict callback left storages {still} resident and evictable")
             if sid is not None and sid not in self._storages:
                 raise ValueError(f"storage {sid} was removed during its own allocation")
 
@@ -729,7 +729,13 @@ class ReferenceArena:
         }
 
     def check(self):
-        """Verify every invariant from scratch; AssertionError names the first one broken."""
+        """Verify every invariant from scratch; InternalError names the first one broken."""
+        try:
+            self._check()
+        except AssertionError as broken:
+            raise InternalError(f"reference arena invariant broken: {broken}") from None
+
+    def _check(self):
         offset = 0
         previous_free = False
         bound = set()
@@ -749,7 +755,7 @@ class ReferenceArena:
         for sid, st in self._storages.items():
             assert st.pins >= 0 and st.cost >= 0.0, f"storage {sid}: bad pins or cost"
             for n in st.neighbors:
-                assert sid in self._storages[n].neighbors, f"storage {sid}: asymmetric neighbours"
+                assert sid in self._storages[n].neighbors, f"storage {sid}: asymmetric neighbors"
             if st.eq_class is not None:
                 assert sid not in bound, f"resident storage {sid} is in a class"
                 assert sid in self._classes[st.eq_class][0], f"storage {sid} missing from its class"

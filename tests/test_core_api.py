@@ -7,6 +7,7 @@ import coop._core
 import reference_arena
 from coop import CHEAP, EXPENSIVE, LOWEST, OutOfMemoryError
 from coop._core import CallbackOwner
+from coop.errors import InternalError
 from _arena import build, evictor, snapshot, storages
 
 
@@ -216,7 +217,7 @@ def test_an_owner_that_keeps_its_victim_is_an_error(Arena):
     build(arena, [(128, 0)])
     make = CallbackOwner if Arena is coop.Arena else reference_arena.CallbackOwner
     arena.attach(make(lambda victims: None, "lru"))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(InternalError, match=r"left storages \[0\] resident and evictable"):
         arena.request(64)
 
 

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from coop import CHEAP, EXPENSIVE, NO_STORAGE, OutOfMemoryError
+from coop.errors import InternalError
 from reference_arena import ReferenceArena
 from _arena import _noop, build, evictor, snapshot, storages
 
@@ -72,7 +73,7 @@ def test_evict_callback_that_frees_nothing(Arena):
     storages(arena, [1, 1, 1, 1])
     build(arena, [(64, sid) for sid in range(4)])
     before = arena.pieces()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(InternalError, match="resident and evictable"):
         arena.allocate_or_evict(64, EXPENSIVE, "dtr", 0, lambda victims: None)
     arena.check()
     assert arena.pieces() == before
@@ -88,7 +89,7 @@ def test_evict_callback_that_frees_part_of_the_window(Arena):
     def evict_first(victims):
         arena.free(arena.storage_info(victims[0])["offset"])
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(InternalError, match="resident and evictable"):
         arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evict_first)
     arena.check()
     assert arena.pieces() == [(0, 64, True, -1), (64, 64, False, 1), (128, 64, False, 2),
@@ -271,7 +272,7 @@ def test_refused_calls_change_nothing(Arena, method, args, error):
     lambda ref: ref._pieces[2].__setitem__(3, True),  # two adjacent free pieces
     lambda ref: ref._pieces[0].__setitem__(2, 99),  # unknown storage
     lambda ref: ref._classes[ref._storages[1].eq_class].__setitem__(1, 5.0),  # class cost
-    lambda ref: ref._storages[0].neighbors.discard(1),  # asymmetric neighbours
+    lambda ref: ref._storages[0].neighbors.discard(1),  # asymmetric neighbors
 ])
 def test_reference_check_detects_corruption(corrupt):
     ref = ReferenceArena(512)
@@ -281,5 +282,5 @@ def test_reference_check_detects_corruption(corrupt):
     ref.free(64)
     ref.check()
     corrupt(ref)
-    with pytest.raises(AssertionError):
+    with pytest.raises(InternalError, match="invariant broken"):
         ref.check()

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import coop
 from coop import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, OutOfMemoryError
 from coop._core import CallbackOwner
+from coop.errors import InternalError
 from reference_arena import CallbackOwner as RefOwner
 from reference_arena import ReferenceArena
 
@@ -254,7 +255,7 @@ class ArenaComparison(RuleBasedStateMachine):
         if self.core.stats()["window_moves"] > moves:
             event("allocate_or_evict: moved pieces")
         if results[0][0] == "error":
-            assert results[0][1] in ((OutOfMemoryError, RuntimeError) if owner == "leaves"
+            assert results[0][1] in ((OutOfMemoryError, InternalError) if owner == "leaves"
                                      else (OutOfMemoryError,))
 
     # ---- the owner (request) and the allocation log ----------------------------------------

@@ -107,7 +107,7 @@ def test_exact_fit_and_no_fit(Arena):
     arena.check()
 
 
-def test_free_merges_with_free_neighbours(Arena):
+def test_free_merges_with_free_neighbors(Arena):
     arena = Arena(512)
     a, b, c = (arena.allocate(64) for _ in range(3))
     arena.free(a)
@@ -279,7 +279,7 @@ def test_lru_and_size(Arena):
 
 # ---- classes and c' -----------------------------------------------------------------------------
 
-def test_cprime_counts_each_evicted_neighbour_class_once(Arena):
+def test_cprime_counts_each_evicted_neighbor_class_once(Arena):
     arena = Arena(1024)
     n1, n2, n3, x = 0, 1, 2, 3
     storages(arena, [2, 3, 7, 1], neighbors={n2: [n1], x: [n1, n2, n3]})
@@ -399,7 +399,7 @@ def test_ideal_arena_refuses_the_coop_policy(Arena):
     arena.check()
 
 
-def test_dte_in_an_ideal_arena_counts_no_neighbours(Arena):
+def test_dte_in_an_ideal_arena_counts_no_neighbors(Arena):
     # storage 1 sits next to the (2^62-byte) free tail of the address space: counted, it would
     # make 1 the cheapest under dte although 0 costs half as much; an ideal arena scores as dtr
     arena = Arena(512, ideal=True)

@@ -17,7 +17,7 @@ def trace(path):
     """Eight cheap values fill an eight-unit arena from the top (coop) or the bottom
     (no-partition); two die, leaving two one-unit holes; value 8 takes one of them; value 6 dies;
     then a two-unit stack reads every live value, so all of them are pinned: it fits only where
-    value 6's hole and a free neighbour are adjacent."""
+    value 6's hole and a free neighbor are adjacent."""
     records = [{"op": "meta", "alignment": UNIT}]
     call = {"op": "call", "inputs": [], "cost": 1.0, "cls": "cheap"}
     records += [{**call, "name": f"f{i}", "outputs": [{"id": i, "size": UNIT}]}

@@ -46,7 +46,7 @@ cdef class _InPlace(_FirstRun):
                 # V is S's old value, evicted: it joins its evicted neighbours' class as an
                 # evicted copy would (DTR's rule), so what V's recompute needs counts in the c'
                 # of the resident storages next to it (S among them)
-                self.arena._on_evicted(self.slot[w])
+                self.arena.c_evicted(self.slot[w])
             # recorded before the copy: an abort (the copy ran out of memory) forgets w
             self.cur_created.push_back(w)
             self.cur_mode.push_back(mode)

@@ -71,7 +71,7 @@ cdef class _Room(_Records):
         cdef vector[int] kept_pins
         cdef vector[unsigned char] kept_ev
         cdef vector[Py_ssize_t] taken
-        cdef bint logging, found = False
+        cdef bint found = False
         cdef int s, slot, k
         cdef size_t req, total
         cdef Py_ssize_t off
@@ -87,23 +87,20 @@ cdef class _Room(_Records):
             kept_ev.push_back(self.arena.c_evictable(slot))
             self.arena.c_set_evictable(slot, False)
             self.arena.c_pin(slot, -self.arena.c_pins(slot))
-        logging = self.arena.logging
         try:
             for req in need:
                 off = self.arena.c_allocate_or_evict(req, self.placement_of[o], self.policy_code,
                                                      self.now, -1, self, self.policy_name)
                 taken.push_back(off)
-                if logging:
-                    # the arena's log keeps the evictions and moves, not the reservation: it
-                    # is no allocation of the kernel's (its last entry: offset, size)
-                    self.arena.alloc_log.pop_back()
-                    self.arena.alloc_log.pop_back()
+                # the arena's log keeps the evictions and moves, not the reservation: it is
+                # no allocation of the kernel's
+                self.arena.log.c_unlog_allocation()
             found = True
         except OutOfMemoryError:
             # no window could move o's inputs away (their movers found no destinations):
             # compact one window instead, sliding its movers to its low end (docs/core.md)
             if self.executor.can_slide:
-                self._release(taken, logging)
+                self._release(taken)
                 total = 0
                 for req in need:
                     total += req
@@ -111,7 +108,7 @@ cdef class _Room(_Records):
                 if found:
                     self.compactions += 1
         finally:
-            self._release(taken, logging)
+            self._release(taken)
             for k in range(<int>keep.size()):
                 slot = self.slot[keep[k]]
                 self.arena.c_pin(slot, kept_pins[k])
@@ -120,15 +117,15 @@ cdef class _Room(_Records):
             self.room_made += 1
         return found
 
-    cdef int _release(self, vector[Py_ssize_t]& taken, bint logging) except -1:
+    cdef int _release(self, vector[Py_ssize_t]& taken) except -1:
         """Free c_make_room's reservations (not logged: they were not) and clear them."""
         cdef Py_ssize_t off
-        self.arena.logging = False
+        cdef bint logging = self.arena.log.c_pause()
         try:
             for off in taken:
                 self.arena.c_free(<size_t>off)
         finally:
-            self.arena.logging = logging
+            self.arena.log.c_resume(logging)
         taken.clear()
         return 0
 

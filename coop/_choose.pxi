@@ -1,0 +1,239 @@
+# The victim choice (included by _core.pyx): the one-at-a-time loops of dtr, dte, lru and size,
+# and coop's windows, found by ONE two-pointer scan (scan_windows) over scratch arrays that fill
+# sweeps from the scan runs. The evict-only window, the moving window (MovePlanner) and the
+# compaction window differ only in what an entry costs and frees.
+
+
+cdef inline double _stale(double last_access, double now) noexcept:
+    cdef double s = now - last_access
+    # max(s, 1.0), and 1.0 for NaN (an infinite clock minus itself): a score stays a number
+    return s if s > 1.0 else 1.0
+
+
+cdef struct Best:
+    # the cheapest window a scan without a planner found
+    size_t lo           # its entries are lo..end-1
+    size_t end
+    double cost         # its cost (running sums)
+    double sum          # the running sum p_right at it (what bounds the sums' rounding)
+    bint found
+
+
+cdef inline void scan_windows(size_t total, size_t size, double* value, size_t* cover,
+                              unsigned char* flags, unsigned char keep, unsigned char* lane,
+                              MovePlanner planner, Best* best) noexcept:
+    """The two-pointer scan: from each start lo, the smallest window lo..j that covers size (j
+    grows until it covers, then lo advances). An entry with no flag of keep is a wall; an entry
+    costs value and frees cover bytes. p_right - p_left is the running-sum cost of docs/core.md:
+    both restart at a wall only, so they are the reference's sums bit for bit; with lane (may be
+    NULL), the entries with lane[j] != 0 sum apart, in q_right - q_left. Each window goes to
+    planner.visit; without a planner, best keeps the cheapest (ties: the first)."""
+    cdef size_t j, lo = 0, covered = 0
+    cdef double cost, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
+    best.found = False
+    best.cost = INFINITY
+    best.sum = 0.0
+    for j in range(total):
+        if not (flags[j] & keep):
+            p_left = p_right = q_left = q_right = 0.0
+            covered = 0
+            lo = j + 1
+            continue
+        if lane != NULL and lane[j]:
+            q_right = q_right + value[j]
+        else:
+            p_right = p_right + value[j]
+        covered += cover[j]
+        while covered >= size:
+            if planner is None:
+                cost = p_right - p_left
+                # the first window counts even when its cost is not a number (costs so large
+                # their sums overflow: inf - inf), as the reference's
+                if cost < best.cost or not best.found:
+                    best.found = True
+                    best.cost = cost
+                    best.lo = lo
+                    best.end = j + 1
+                    best.sum = p_right
+            else:
+                planner.visit(lo, j, p_left, p_right, q_left, q_right)
+            if lane != NULL and lane[lo]:
+                q_left = q_left + value[lo]
+            else:
+                p_left = p_left + value[lo]
+            covered -= cover[lo]
+            lo += 1
+
+
+@cython.final
+cdef class Chooser:
+    """What each policy evicts (and, with moving on, moves) for a request."""
+
+    def __cinit__(self, PieceTable pieces, Storages storages, bint ideal):
+        self.pieces = pieces
+        self.storages = storages
+        self.ideal = ideal
+        self.planner = MovePlanner(self)
+
+    cdef void choose(self, size_t size, int policy, double now, double rate,
+                     vector[int]& victims, MovePlan* plan) noexcept:
+        """The policy's victims for a request of size (rounded), and its plan: with moving on
+        (rate finite), coop's window may move pieces too."""
+        victims.clear()
+        plan.moves.clear()
+        plan.dst.clear()
+        plan.cost = INFINITY
+        plan.start = -1
+        plan.pieces = 0
+        cdef size_t total, lo, end
+        cdef double cost, ignored
+        if policy == P_NONE:
+            return
+        if policy == P_COOP:
+            if isfinite(rate) and not self.ideal:
+                self.planner.choose(size, now, rate, victims, plan)
+            else:
+                total = self.fill(now, False)
+                if self.evict_window(size, total, &lo, &end, &cost, &ignored):
+                    self.take_window(lo, end, cost, victims, plan)
+            return
+        self.choose_one(size, policy, now, victims)
+
+    cdef void choose_one(self, size_t size, int policy, double now, vector[int]& victims) noexcept:
+        """The loop policies: the candidate of lowest score (ties: lowest offset)."""
+        cdef ScanRuns runs = self.pieces.runs
+        cdef Piece* at = self.pieces.at.data()
+        cdef int r = runs.first, k
+        cdef int best = -1
+        cdef double best_score = INFINITY
+        cdef double score, m
+        cdef ScanRun* run
+        cdef Piece* p
+        while r >= 0:
+            run = &runs.runs[r]
+            for k in range(run.count):
+                if not (run.flags[k] & W_CANDIDATE):
+                    continue
+                if policy == P_DTR:
+                    score = run.cprime[k] / (<double>run.size[k] * _stale(run.last_access[k], now))
+                elif policy == P_DTE:
+                    m = <double>run.size[k]
+                    p = &at[run.piece[k]]
+                    # an ideal arena has no neighbors in memory: nothing adjacent counts
+                    if not self.ideal and p.prev >= 0 and at[p.prev].free:
+                        m = m + at[p.prev].size
+                    if not self.ideal and p.next >= 0 and at[p.next].free:
+                        m = m + at[p.next].size
+                    score = run.cprime[k] / (m * _stale(run.last_access[k], now))
+                elif policy == P_LRU:
+                    score = run.last_access[k]
+                else:
+                    score = 1.0 / <double>run.size[k]
+                if best < 0 or score < best_score:
+                    best = run.piece[k]
+                    best_score = score
+            r = run.next
+        if best >= 0:
+            victims.push_back(at[best].storage)
+
+    cdef size_t fill(self, double now, bint pieces) noexcept:
+        """Sweep the scan runs into the flat scratch arrays, address order: h = c' / staleness
+        (in a branch-free loop the compiler vectorises), sizes, flags and, with pieces, the
+        piece indices. Returns the number of entries."""
+        cdef size_t total = <size_t>self.pieces.count
+        if self.h.size() < total:
+            self.h.resize(total)
+            self.size.resize(total)
+            self.flags.resize(total)
+        if pieces and self.piece.size() < total:
+            self.piece.resize(total)
+        cdef double* hs = self.h.data()
+        cdef size_t* ss = self.size.data()
+        cdef unsigned char* fs = self.flags.data()
+        cdef int* ps = self.piece.data()
+        cdef ScanRuns runs = self.pieces.runs
+        cdef ScanRun* run
+        cdef int r = runs.first, k
+        cdef size_t base = 0
+        cdef double s
+        while r >= 0:
+            run = &runs.runs[r]
+            for k in range(run.count):
+                s = now - run.last_access[k]
+                s = s if s > 1.0 else 1.0           # _stale, in the form that vectorises
+                hs[base + k] = run.cprime[k] / s    # free pieces mirror c' = 0
+            memcpy(&ss[base], run.size, run.count * sizeof(size_t))
+            memcpy(&fs[base], run.flags, run.count)
+            if pieces:
+                memcpy(&ps[base], run.piece, run.count * sizeof(int))
+            base += run.count
+            r = run.next
+        return total
+
+    cdef bint evict_window(self, size_t size, size_t total, size_t* best_lo, size_t* best_end,
+                           double* best_cost, double* best_sum) noexcept:
+        """The cheapest window of free and candidate entries (fill's arrays) that covers size:
+        entries [best_lo, best_end), its cost (running sums) and the running sum at it (what
+        bounds the sums' rounding); False when there is none."""
+        cdef Best best
+        scan_windows(total, size, self.h.data(), self.size.data(), self.flags.data(),
+                     W_FREE | W_CANDIDATE, NULL, None, &best)
+        if best.found:
+            best_lo[0] = best.lo
+            best_end[0] = best.end
+            best_cost[0] = best.cost
+            best_sum[0] = best.sum
+        return best.found
+
+    cdef void take_window(self, size_t best_lo, size_t best_end, double best_cost,
+                          vector[int]& victims, MovePlan* plan) noexcept:
+        """Make entries [best_lo, best_end) the plan: its cost, length, start and victims (its
+        candidates, found again in the scan runs)."""
+        cdef ScanRuns runs = self.pieces.runs
+        cdef int r = runs.first, k
+        cdef size_t base = 0, j
+        cdef ScanRun* run
+        plan.cost = best_cost
+        plan.pieces = <Py_ssize_t>(best_end - best_lo)
+        while base + <size_t>runs.runs[r].count <= best_lo:
+            base += runs.runs[r].count
+            r = runs.runs[r].next
+        run = &runs.runs[r]
+        k = <int>(best_lo - base)
+        plan.start = <Py_ssize_t>self.pieces.at[run.piece[k]].offset
+        for j in range(best_lo, best_end):
+            if run.flags[k] & W_CANDIDATE:
+                victims.push_back(self.pieces.at[run.piece[k]].storage)
+            k += 1
+            if k == run.count and run.next >= 0:
+                run = &runs.runs[run.next]
+                k = 0
+
+    cdef bint compact_window(self, size_t size, double now, double rate, size_t* best_lo,
+                             size_t* best_end) noexcept:
+        """The compaction window (docs/core.md, "Moving"): the cheapest run of entries, none a
+        wall, whose free and candidate bytes cover size; candidates cost h, movers (movable,
+        not candidates) a copy and free no bytes. Entries [best_lo, best_end) of fill's
+        arrays; False when there is none."""
+        cdef size_t total = self.fill(now, False), j
+        if self.value.size() < total:
+            self.value.resize(total)
+            self.cover.resize(total)
+        cdef double* hs = self.h.data()
+        cdef size_t* ss = self.size.data()
+        cdef unsigned char* fs = self.flags.data()
+        cdef double* vs = self.value.data()
+        cdef size_t* cs = self.cover.data()
+        for j in range(total):
+            if fs[j] & (W_FREE | W_CANDIDATE):
+                vs[j] = hs[j]
+                cs[j] = ss[j]
+            else:             # a mover (or a wall): stays in the window, its bytes cost a copy
+                vs[j] = <double>ss[j] * rate
+                cs[j] = 0
+        cdef Best best
+        scan_windows(total, size, vs, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, NULL, None, &best)
+        if best.found:
+            best_lo[0] = best.lo
+            best_end[0] = best.end
+        return best.found

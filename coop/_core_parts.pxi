@@ -1,0 +1,227 @@
+# Declarations of the arena's parts (included by _core.pxd). Cython needs them to lay out Arena;
+# they are the core's own: no module outside coop._core uses a name declared here.
+from libcpp.set cimport set as cset
+from libcpp.unordered_map cimport unordered_map
+from libcpp.utility cimport pair
+
+ctypedef pair[size_t, size_t] SizeOffset
+
+
+cdef struct Piece:
+    size_t offset      # start, in bytes from the arena's base; a multiple of the alignment
+    size_t size        # > 0, a multiple of the alignment
+    int prev           # piece just below in address order, -1 at offset 0
+    int next           # piece just above, -1 at the end; chains unused slots in the pool
+    int storage        # bound storage slot; -1 when free or anonymous
+    int run            # the scan run holding this piece's entry (found in it by ScanRuns.entry)
+    unsigned char free # free pieces are in the free index; never two adjacent
+
+
+cdef enum:
+    RUN_LEN = 64       # entries per scan run
+    W_FREE = 1         # ScanRun.flags: the piece is free
+    W_CANDIDATE = 2    # ScanRun.flags: bound, evictable and unpinned: may be evicted
+    W_MOVABLE = 4      # ScanRun.flags (a bit, with W_CANDIDATE or alone): bound, movable, unpinned
+
+
+cdef struct ScanRun:
+    # Consecutive pieces' scan inputs, by value and in address order, so that the window scans
+    # sweep contiguous arrays instead of chasing piece links. Runs are chained in address
+    # order; entry k of a run is the piece piece[k], whose run points back.
+    int count                       # entries in use, 1..RUN_LEN; two neighbors: > RUN_LEN/2
+    int prev                        # run just below in address order, -1 for the first
+    int next                        # run just above, -1 for the last; chains the run pool
+    int piece[RUN_LEN]              # the piece of each entry; -1 in the unused slots
+    unsigned char flags[RUN_LEN]    # W_FREE, or W_CANDIDATE | W_MOVABLE bits; 0 for a wall
+    size_t size[RUN_LEN]            # mirror of the piece's size
+    double cprime[RUN_LEN]          # mirror of the bound storage's c'; 0 if unbound
+    double last_access[RUN_LEN]     # mirror of the bound storage's last_access
+
+
+cdef struct Storage:
+    int64_t sid        # the owner's id; key of by_sid while the slot is live
+    double cost        # own compute cost, >= 0
+    double cprime      # cost + costs of the distinct classes of evicted neighbors; valid while resident
+    double last_access # logical clock of the last touch
+    int piece          # bound piece, -1 when not resident
+    int pins           # > 0 forbids eviction
+    bint evictable     # False: the owner cannot recompute it (or holds it elsewhere)
+    int eq_class       # DTR equivalence class slot while evicted (and ever resident), else -1
+    int eq_next        # circular list of the class's members
+    int eq_prev
+    bint live          # slot in use (else chained in the storage pool)
+    bint movable       # False: the owner cannot relocate it (its memory is held elsewhere)
+
+
+cdef struct EvictedClass:
+    double cost        # sum of its members' costs
+    int head           # one member; -1 when the slot is unused
+    int size           # number of members
+
+
+cdef struct MovePlan:
+    # What the chosen window does besides evicting its candidates (Chooser.choose's result)
+    vector[int] moves          # the moved storage slots, address order
+    vector[size_t] dst         # ... each one's destination offset
+    double cost                # the window's cost (INFINITY: none chosen)
+    Py_ssize_t start           # its first piece's offset (-1: none)
+    Py_ssize_t pieces          # its number of pieces
+
+
+cdef struct Counters:
+    # the eviction loop's counters (Arena.stats)
+    long long evictions        # victims evicted by the eviction loop and compaction
+    long long bytes_evicted    # their piece sizes
+    long long searches         # eviction searches
+    long long failed           # eviction loops that raised OutOfMemoryError
+    double search_time         # seconds spent choosing victims
+    double frag_sum            # sum over searches of free / capacity
+    double largest_ratio_sum   # sum over failures of largest free / free
+    long long moves            # pieces moved by windows or slid by compaction
+    long long bytes_moved      # their sizes
+    double move_cost_sum       # their move costs (size * move_rate)
+
+
+@cython.final
+cdef class ScanRuns:
+    cdef vector[ScanRun] runs           # run slots; pointers into it die when it grows
+    cdef int first                      # the run holding the piece at offset 0
+    cdef int pool                       # unused run slots, chained through next
+    cdef vector[Piece]* pieces          # the piece table's slots (each piece names its run)
+    cdef int new_run(self, int prev, int next) noexcept
+    cdef void unlink(self, int r) noexcept
+    cdef int entry(self, int idx) noexcept
+    cdef void mirror_piece(self, int idx) noexcept
+    cdef void mirror_storage(self, int idx, Storage* st) noexcept
+    cdef void mirror_wall(self, int idx) noexcept
+    cdef unsigned char flags(self, int idx) noexcept
+    cdef void move_entry(self, ScanRun* dst, int r, int k, ScanRun* src, int j) noexcept
+    cdef void shift(self, int r, int k, int end, int by) noexcept
+    cdef void insert(self, int after, int idx) noexcept
+    cdef void merge(self, int r) noexcept
+    cdef void remove(self, int idx) noexcept
+    cdef void settle(self, int r) noexcept
+
+
+@cython.final
+cdef class PieceTable:
+    cdef vector[Piece] at               # piece slots; address order via prev/next
+    cdef int first                      # piece at offset 0
+    cdef int pool                       # unused piece slots, chained through next
+    cdef cset[SizeOffset] free_index    # (size, offset) of every free piece: best fit
+    cdef unordered_map[size_t, int] by_offset   # offset -> piece, for every piece
+    cdef Py_ssize_t count               # pieces in the address list
+    cdef Py_ssize_t n_free              # == free_index.size()
+    cdef ScanRuns runs                  # the pieces' scan entries
+    cdef int new_piece(self, size_t offset, size_t size, int prev, int next, bint free) noexcept
+    cdef void split_low(self, int idx, size_t size) noexcept
+    cdef int split_high(self, int idx, size_t size) noexcept
+    cdef void drop(self, int idx) noexcept
+    cdef void index_free(self, int idx) noexcept
+    cdef void unindex_free(self, int idx) noexcept
+    cdef int find(self, size_t offset) noexcept
+    cdef size_t largest_free(self) noexcept
+    cdef int best_fit(self, size_t size, int placement) noexcept
+    cdef int lowest_fit(self, size_t size) noexcept
+    cdef int take(self, int idx, size_t size, int placement) noexcept
+    cdef int carve(self, size_t dst, size_t size) noexcept
+    cdef int release(self, int idx) noexcept
+    cdef void slide(self, int idx, size_t dst) noexcept
+
+
+@cython.final
+cdef class Storages:
+    cdef vector[Storage] at             # storage slots
+    cdef vector[vector[int]] adjacency  # per storage slot: neighbor slots (symmetric)
+    cdef unordered_map[int64_t, int] by_sid
+    cdef vector[int] pool               # unused storage slots
+    cdef vector[EvictedClass] classes   # class slots
+    cdef vector[int] class_pool         # unused class slots
+    cdef vector[vector[int]] frontier   # per class: resident storages next to a member (a superset:
+                                        # may hold duplicates and stale slots, pruned on refresh)
+    cdef vector[unsigned int] stamps    # per storage slot: dedup mark of refresh_class
+    cdef unsigned int stamp_now         # the current mark
+    cdef vector[int] seen               # cprime scratch: distinct classes of one storage
+    cdef PieceTable pieces              # where resident storages' scan inputs are mirrored
+    cdef int add(self, int64_t key, double cost, vector[int]& neighbors, bint evictable) noexcept
+    cdef void remove(self, int slot) noexcept
+    cdef int slot_of(self, sid) except -1
+    cdef void bind(self, int idx, int slot) noexcept
+    cdef void rebind(self, int slot, int idx) noexcept
+    cdef void sync(self, int slot) noexcept
+    cdef void set_cost(self, int slot, double cost) noexcept
+    cdef void evicted(self, int slot) noexcept
+    cdef int class_new(self, int slot) noexcept
+    cdef int class_union(self, int a, int b) noexcept
+    cdef void class_leave(self, int slot) noexcept
+    cdef double cprime(self, int slot) noexcept
+    cdef void refresh_neighbors(self, int slot) noexcept
+    cdef void refresh_class(self, int c) noexcept
+
+
+@cython.final
+cdef class Chooser:
+    cdef PieceTable pieces
+    cdef Storages storages
+    cdef bint ideal                     # an ideal arena: no neighbors in memory (dte)
+    cdef vector[double] h               # fill's scratch, an entry per piece in address order: h
+    cdef vector[size_t] size            # ... its size
+    cdef vector[unsigned char] flags    # ... its flags
+    cdef vector[int] piece              # ... its piece (fill with pieces)
+    cdef vector[double] value           # compact_window's scratch: an entry's cost in the window
+    cdef vector[size_t] cover           # ... the bytes it frees
+    cdef MovePlanner planner            # the window when pieces may move
+    cdef void choose(self, size_t size, int policy, double now, double rate,
+                     vector[int]& victims, MovePlan* plan) noexcept
+    cdef void choose_one(self, size_t size, int policy, double now, vector[int]& victims) noexcept
+    cdef size_t fill(self, double now, bint pieces) noexcept
+    cdef bint evict_window(self, size_t size, size_t total, size_t* best_lo, size_t* best_end,
+                           double* best_cost, double* best_sum) noexcept
+    cdef void take_window(self, size_t best_lo, size_t best_end, double best_cost,
+                          vector[int]& victims, MovePlan* plan) noexcept
+    cdef bint compact_window(self, size_t size, double now, double rate, size_t* best_lo,
+                             size_t* best_end) noexcept
+
+
+@cython.final
+cdef class MovePlanner:
+    cdef Chooser scan                   # the scratch arrays that fill swept
+    cdef vector[double] v               # an entry's cheapest way out of a window
+    cdef vector[unsigned char] mover    # ... 1 when that is a move
+    cdef vector[SizeOffset] bins        # the free entries as (SIZE_MAX - size, entry)
+    cdef vector[int] nfree              # free entries before each entry (a prefix count)
+    cdef vector[int] nmand              # ... entries that must move (movable, not candidates)
+    cdef vector[int] nopt               # ... candidates whose move is cheaper than their h
+    cdef vector[size_t] outb            # plan's scratch: free sizes outside the window
+    cdef vector[size_t] chosen          # ... moved sizes, largest first
+    cdef vector[unsigned char] moved_flag   # ... moved entries of the window
+    cdef vector[int] moved              # ... the plan's moved entries
+    cdef double rate                    # the search's move cost per byte
+    cdef double ub                      # ... the evict-only window's cost, a bound from above
+    cdef double best_cost               # ... the best plan so far: its cost
+    cdef size_t best_lo                 # ... its entries, best_lo..best_end-1 (best_end 0: none)
+    cdef size_t best_end
+    cdef vector[int] best_moved         # ... its moved entries
+    cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
+                     MovePlan* plan) noexcept
+    cdef void visit(self, size_t lo, size_t j, double p_left, double p_right, double q_left,
+                    double q_right) noexcept
+    cdef bint plan(self, size_t lo, size_t end, double rate, vector[size_t]& outb,
+                   vector[int]& moved, double* cost) noexcept
+    cdef void destinations(self, size_t best_lo, size_t best_end, vector[int]& best_moved,
+                           vector[int]& victims, MovePlan* plan) noexcept
+
+
+@cython.final
+cdef class EvictionLoop:
+    cdef Counters counts
+    cdef vector[int] placing_slots      # slots being placed by eviction loops now, innermost last
+    cdef vector[unsigned char] placing_lost   # ... each: removed by an evict callback meanwhile
+    cdef Py_ssize_t run(self, Arena arena, size_t size, int placement, int code, double now,
+                        int slot, Evictor evictor, object policy, size_t depth) except -2
+    cdef int evict(self, Arena arena, vector[int]& victims, Evictor evictor,
+                   bint strict) except -1
+    cdef int carry_out(self, Arena arena, MovePlan* plan, Evictor evictor) except -1
+    cdef Py_ssize_t compact(self, Arena arena, size_t size, double now,
+                            Evictor evictor) except -2
+    cdef void lost(self, int slot) noexcept
