@@ -65,7 +65,8 @@ cdef class Engine(Evictor):
     cdef vector[int] work              # scratch of _collect
     # counters
     cdef readonly double cost_total, cost_first
-    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, moves, held_count
+    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, held_count
+    cdef readonly long long constants_placed   # new constants copied down to the lowest fit
     cdef readonly int64_t const_bytes, bound_bytes
     cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
     cdef readonly long long copies     # old values copied by in-place ops (any rule)

@@ -188,7 +188,7 @@ cdef class Engine(Evictor):
             lowest = self.arena.c_lowest_fit(self.arena.request_size(self.size[s]))
         if 0 <= lowest < off:
             self.executor.copy(s, s, PLACE_LOWEST, off)
-            self.moves += 1
+            self.constants_placed += 1
         else:
             self.c_bind(s, off)
         self.arena.c_pin(self.slot[s], pins)
@@ -1185,7 +1185,8 @@ cdef class Engine(Evictor):
         """The engine's counters (docs/design.md's metrics come from these and the arena's)."""
         return {"ops": self.ops, "recomputes": self.recomputes, "cost_first": self.cost_first,
                 "cost_total": self.cost_total, "eager_evictions": self.eager_evictions,
-                "demotions": self.demotions, "releases": self.releases, "moves": self.moves,
+                "demotions": self.demotions, "releases": self.releases,
+                "constants_placed": self.constants_placed,
                 "held": self.held_count, "clock": self.now, "lower_bound_bytes": self.bound_bytes,
                 "room_made": self.room_made, "compactions": self.compactions}
 

@@ -12,8 +12,10 @@ complete at a smaller one, so the minimum feasible ratio (the smallest that comp
 with the failures seen above it.
 
 Writes runs.csv and runs.json (one row per replay), summary.json (per model and policy, and
-the issue's three claims per model, checked, never tuned), tables.md (printed too) and four
-PNGs: overhead, fragmentation, search_time, min_budget.
+the paper's claims per model, checked, never tuned: coop's minimum budget no higher than dtr's
+and dte's, and within 0.02 of dtr-ideal's; coop never worse than each ablation; a lower
+fragmentation rate than dtr's and dte's; dtr searching at least 3x longer at ratio 0.3),
+tables.md (printed too) and four PNGs: overhead, fragmentation, search_time, min_budget.
 Example: coop bench --out bench-out --jobs 2
 """
 import csv
@@ -40,7 +42,7 @@ QUICK_BATCH = 2
 MARKS = (0.5, 0.3)
 #: how far below the lower bound a sweep goes
 BELOW_BOUND = 0.05
-#: the issue's search-time claim: dtr's total search time at 0.3 over coop's, at least this
+#: the search-time claim: dtr's total search time at 0.3 over coop's, at least this
 SEARCH_FACTOR = 3.0
 #: the smallest --step: 10,000 ratios per sweep
 MIN_STEP = 1e-4
@@ -354,7 +356,7 @@ def search_factor_median(by_policy):
 
 def summarize(sources, rows, policies):
     """summary.json's content: per source, its unlimited run, per policy summaries and the
-    issue's claims (holds: true, false, or null where it cannot be checked, with why)."""
+    paper's claims (holds: true, false, or null where it cannot be checked, with why)."""
     summary = {}
     for s in sources:
         mine = [r for r in rows if r["model"] == s["name"]]

@@ -17,8 +17,8 @@ from coop._core import CHEAP, EXPENSIVE, LOG_MOVE, log_records
 from coop._engine import Engine
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
-from coop.kernel import (DEVICES, DeviceSpec, Kernel, as_kernel, device_spec, spec_nbytes,
-                         specs_of)
+from coop.kernel import (DEVICES, DeviceSpec, Kernel, as_kernel, call_error, device_spec,
+                         spec_nbytes, specs_of)
 from coop.policies import POLICIES, get_policy
 from coop.tensor import Tensor
 
@@ -229,6 +229,11 @@ class Runtime:
         try:
             with self._lock:
                 return self._apply(kernel, inputs, attrs)
+        except TypeError as error:
+            bad = call_error(as_kernel(kernel), inputs, attrs, error)
+            if bad is error:
+                raise
+            raise bad from None
         finally:
             if self._pending:
                 self._release_pending()

@@ -58,7 +58,7 @@ from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
 from _common import (MB, add_distributed_options, add_run_options, make_runtime,  # noqa: E402
-                     plot_run, print_summary, resolve_budget, run_training, start,
+                     plot_run, print_summary, resolve_budget, run_main, run_training, start,
                      start_distributed)
 
 
@@ -168,9 +168,11 @@ def train(args, data, budget, steps, progress=True, log=print, comm=None):
     size x --batch windows and trains on its own slice of --batch of them, so the run sees
     the batches of one process with a batch size x larger."""
     rt, model, opt = build(args, data, budget)
+    schedule = dict(clip=args.clip, lr_at=lambda step: optim.warmup_cosine(
+        step, args.lr, min(args.warmup, steps - 1), steps, args.final_lr_ratio))
     if comm is None:
         return run_training(rt, model, opt, lambda rng: data.batch(rng, args.batch, args.block),
-                            args, steps, progress, log)
+                            args, steps, progress, log, **schedule)
     from coop.distributed import DataParallel
     from coop.budget import parse_budget
     dp = DataParallel(model, comm, parse_budget(args.bucket_bytes))
@@ -180,7 +182,7 @@ def train(args, data, budget, steps, progress=True, log=print, comm=None):
         x, y = data.batch(rng, args.batch * comm.size, args.block)
         return x[mine], y[mine]
 
-    run = run_training(rt, model, opt, shard, args, steps, progress, log, dp=dp)
+    run = run_training(rt, model, opt, shard, args, steps, progress, log, dp=dp, **schedule)
     run["dp"] = dp
     return run
 
@@ -234,7 +236,13 @@ def parser():
     p.add_argument("--block", type=int, default=64, help="context length (characters)")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=6e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=50,
+                   help="steps of linear learning-rate warmup, then a cosine decay")
+    p.add_argument("--final-lr-ratio", type=float, default=0.1,
+                   help="the learning rate at the last step, as a share of --lr")
+    p.add_argument("--clip", type=float, default=1.0,
+                   help="largest global gradient norm (0: no clipping)")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--eval-batches", type=int, default=20)
@@ -291,4 +299,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main("examples/train_gpt.py", main))
