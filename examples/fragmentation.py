@@ -274,7 +274,7 @@ def report_rows(runtime, failed_at, baseline_cost, total_steps):
         ("compute overhead", overhead),
         ("fragmentation rate", f"{s['fragmentation_rate']:.3f}"),
         ("largest free / free at failures", f"{np.mean(ratios):.3f}" if ratios else "-"),
-        ("moves", f"{s['window_moves']}"),
+        ("window moves", f"{s['window_moves']}"),
         ("bytes moved (MiB)", f"{s['bytes_moved'] / MB:.1f}"),
         ("eviction searches", f"{s['searches']}"),
         ("search time (ms)", f"{s['search_time'] * 1e3:.2f}"),

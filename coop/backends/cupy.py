@@ -337,6 +337,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         self._scopes.stack.append(scope)
 
     def uninstall(self):
+        """Undo the last install() of this thread."""
         self._scopes.stack.pop().__exit__(None, None, None)
 
     def __enter__(self):
@@ -545,6 +546,7 @@ class _BoundPool:
         pool.install()
 
     def uninstall(self):
+        """Undo the last install() of this thread."""
         self._live().uninstall()
 
 
@@ -558,6 +560,7 @@ class EventTimer:
         self._timed = {}   # Kernel -> its timed copy
 
     def kernel(self, kernel):
+        """kernel, recording CUDA events around its function (made once per kernel)."""
         timed = self._timed.get(kernel)
         if timed is None:
             fn = kernel.fn
@@ -579,6 +582,7 @@ class EventTimer:
         return timed
 
     def elapsed_ns(self):
+        """The last timed run's time in ns (waits for its end event)."""
         return _elapsed_ms(self._start, self._end) * 1e6
 
 
