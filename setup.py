@@ -23,21 +23,22 @@ compile_args = ["-O0", "-g", "-D_GLIBCXX_ASSERTIONS"] if DEBUG else ["-O3"]
 
 
 def extension(name, uses_numpy=False):
-    """coop._name from coop/_name.pyx, in C++17; uses_numpy: it cimports NumPy's C API."""
+    """The module name (dotted, e.g. coop.trace._replay) from its .pyx, in C++17; uses_numpy:
+    it cimports NumPy's C API."""
     numpy_args = dict(include_dirs=[numpy.get_include()],
                       define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
-    return Extension(f"coop.{name}", [f"coop/{name}.pyx"], language="c++",
+    return Extension(name, [name.replace(".", "/") + ".pyx"], language="c++",
                      extra_compile_args=compile_args + ["-std=c++17"],
                      **(numpy_args if uses_numpy else {}))
 
 
 extensions = [
-    extension("_core"),
-    extension("_engine"),
-    extension("_executor", uses_numpy=True),
-    extension("_replay"),
-    extension("_host", uses_numpy=True),
-    extension("_cupy_pool"),
-    extension("_random"),
+    extension("coop._core"),
+    extension("coop._engine"),
+    extension("coop._executor", uses_numpy=True),
+    extension("coop.trace._replay"),
+    extension("coop.backends._host", uses_numpy=True),
+    extension("coop.backends._cupy_pool"),
+    extension("coop._random"),
 ]
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

@@ -1,4 +1,4 @@
-"""Benchmarks of the NumPy host backend (coop/_host.pyx), one table per part.
+"""Benchmarks of the NumPy host backend (coop/backends/_host.pyx), one table per part.
 
 A. Allocator overhead: an MLP's forward and backward passes in plain NumPy (many medium arrays
    per step), timed with every data allocation served by the coop handler at a budget that never

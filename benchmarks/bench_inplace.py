@@ -1,6 +1,6 @@
 """coop's in-place rule against DTR's (coop-no-inplace) and DTR's baselines on the unrolled-GAN-like
-program (coop.models.unrolled): compute overhead per budget ratio (of coop.replay.peak) and the
-minimum feasible ratio, each policy replayed with coop.replay at ratios 1.00, 0.99, ...
+program (coop.models.unrolled): compute overhead per budget ratio (of coop.trace.replay.peak) and the
+minimum feasible ratio, each policy replayed with coop.trace.replay at ratios 1.00, 0.99, ...
 
 Run: python benchmarks/bench_inplace.py [--unroll 5 --layers 3 --width 512 --batch 64]
 """
@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 
-import coop.replay as R
+import coop.trace.replay as R
 from coop.models.unrolled import unrolled_gan_trace
 
 POLICIES = ("coop", "coop-no-inplace", "dtr")

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-import coop.replay as R  # noqa: E402
+import coop.trace.replay as R  # noqa: E402
 from coop.models import paper  # noqa: E402
 
 

@@ -1,10 +1,11 @@
 """The main job's figures across seeds and BLAS kernels: examples/train_gpt.py with its defaults
-for each --seed, once with OpenBLAS's native kernel and once with OPENBLAS_CORETYPE=Haswell.
+for each --seed, with OpenBLAS's native kernel and with OPENBLAS_CORETYPE set to other kernels
+(Haswell: AVX2 and FMA; Sandybridge: AVX without FMA, so other roundings).
 
 The budget's decisions (evictions, recomputes) do not depend on the BLAS kernel, but its
 rounding does change the losses; this prints each run's final train loss (mean of the last 10
 steps) and held-out loss, then their mean and spread (max - min) over all runs. The runs are
-sequential (each is about two minutes on 2 cores).
+sequential (each is about two minutes on 2 cores, more when other jobs share them).
 
 Run (after `pip install .`): python benchmarks/main_job_spread.py [--seeds 0 1 2]
 """
@@ -39,7 +40,7 @@ def run(seed, coretype, extra):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--coretypes", nargs="+", default=["native", "Haswell"],
+    p.add_argument("--coretypes", nargs="+", default=["native", "Haswell", "Sandybridge"],
                    help='OPENBLAS_CORETYPE values ("native": unset)')
     args, extra = p.parse_known_args(argv)
     rows = []
@@ -54,8 +55,9 @@ def main(argv=None):
                   flush=True)
     for key in ("final", "held_out"):
         values = [r[key] for r in rows]
-        print(f"{key}: mean {statistics.mean(values):.3f}, spread {max(values) - min(values):.3f} "
-              f"(min {min(values):.3f}, max {max(values):.3f}) over {len(values)} runs")
+        print(f"{key}: mean {statistics.mean(values):.3f}, spread (max - min) "
+              f"{max(values) - min(values):.3f}, from {min(values):.3f} to {max(values):.3f} "
+              f"over {len(values)} runs")
 
 
 if __name__ == "__main__":

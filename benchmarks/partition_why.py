@@ -32,11 +32,11 @@ import sys
 
 from tqdm import tqdm
 
-from coop import replay as R
+from coop.trace import replay as R
 from coop._core import Arena
 from coop.errors import Thrash
-from coop._replay import Replayer
-from coop.bench import sweep_ratios
+from coop.trace._replay import Replayer
+from coop.cli.bench import sweep_ratios
 from coop.errors import OutOfMemoryError
 from coop.trace import compile_program, read_records
 

@@ -15,8 +15,9 @@ import tempfile
 import numpy as np
 
 import coop
-from coop import models, optim, timeline
-from coop import replay as R
+from coop import models, optim
+from coop.trace import replay as R
+from coop.trace import timeline
 
 
 def record(path, steps=2, batch=4, block=16):

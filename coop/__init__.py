@@ -7,16 +7,33 @@ does the optional CuPy backend (``coop.allocator``, ``coop.CoopMemoryPool``).
 """
 import importlib as _importlib
 import importlib.util as _importlib_util
+import sys as _sys
 
-from coop._core import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, Arena
-from coop.autograd import is_grad_enabled, no_grad
+try:
+    from coop._core import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, Arena
+except ModuleNotFoundError as _error:
+    if _error.name != "coop._core":
+        raise
+    # imported from a source tree whose Cython modules are not built (a clone's root is first
+    # on sys.path for `python -m coop`): say what to do in one line, not a traceback
+    _ADVICE = (f"coop: {__path__[0]} is coop's source tree, not a built coop (its Cython "
+               "modules are not compiled there): use the installed `coop` command, run Python "
+               "outside the source folder, or build in place with `pip install -e .`")
+    if _sys.argv[:1] == ["-m"]:
+        print(_ADVICE, file=_sys.stderr)
+        raise SystemExit(2) from None
+    raise ImportError(_ADVICE, name="coop") from None
+from coop.autograd.methods import install as _install_tensor_methods
+from coop.autograd.tape import is_grad_enabled, no_grad
 from coop.backends.host import numpy_allocator
 from coop.backends.sim import SimBackend
 from coop.budget import parse_budget
 from coop.errors import CoopError, OutOfMemoryError, Thrash, TraceError
-from coop.kernel import DEVICES, DeviceSpec, Kernel, kernel
-from coop.runtime import POLICY_TABLE, Runtime, apply, get_runtime
+from coop.kernel import DEVICES, DeviceSpec, Kernel, apply, get_runtime, kernel
+from coop.runtime import POLICY_TABLE, Runtime
 from coop.tensor import Tensor
+
+_install_tensor_methods(Tensor)
 
 #: subpackages loaded on first attribute access (PEP 562): importing them costs more than the
 #: core API they build on

@@ -19,7 +19,7 @@ Live runs (coop.Runtime on the host, CuPy or the simulation backend), trace repl
 
 The engine places memory through the arena core (coop._core) and is the arena's owner: the
 core calls ``evict`` with its victims, whichever backend allocation ran out of room. What
-running an op, dropping memory and copying mean is the executor's (coop._replay.SizeExecutor
+running an op, dropping memory and copying mean is the executor's (coop.trace._replay.SizeExecutor
 for sizes only; coop._executor.ArrayExecutor for NumPy and CuPy arrays).
 """
 from libc.math cimport INFINITY, isfinite

@@ -5,7 +5,7 @@ The engine (coop._engine) decides what is resident; an executor says what runnin
 dropping a storage's memory and copying one mean. ``ArrayExecutor`` runs kernels on the
 backend's arrays and adopts their outputs (compiled: it runs around every kernel);
 ``SimExecutor`` sizes outputs with the kernels' shape rules (the simulation backend), and
-recomputes at C speed (coop._replay.SizeExecutor).
+recomputes at C speed (coop.trace._replay.SizeExecutor).
 """
 from cpython.ref cimport Py_REFCNT
 from libc.math cimport INFINITY
@@ -21,7 +21,7 @@ cimport numpy as cnp
 import numpy
 
 from coop._core import EXPENSIVE, LOWEST
-from coop._replay import SizeExecutor
+from coop.trace._replay import SizeExecutor
 from coop.arrays import build_view, memory_of
 from coop.errors import OutOfMemoryError
 from coop.kernel import is_spec, spec_nbytes, specs_of

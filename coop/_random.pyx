@@ -1,5 +1,8 @@
 """Philox-4x32-10 draws on the host: one C loop over the output's blocks (coop.random's
-definitions; the arithmetic mirrors its CUDA kernel, mulhi through a 64-bit product)."""
+definitions; the arithmetic mirrors its CUDA kernel, mulhi through a 64-bit product).
+
+Layer: beside coop.random (the face's random kernels); it imports nothing of coop.
+"""
 from libc.stdint cimport uint32_t, uint64_t
 
 cdef extern from *:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy
 
 from coop._core import CHEAP, EXPENSIVE
+from coop.tensor import Tensor
 
 #: ops whose outputs are expensive per byte (the paper's table): placed at the low end
 EXPENSIVE_OPS = frozenset({
@@ -105,7 +106,6 @@ class Kernel:
             self.wants_xp = False
 
     def __call__(self, *inputs, **attrs):
-        from coop.runtime import apply
         return apply(self, *inputs, **attrs)
 
     def __repr__(self):
@@ -163,3 +163,23 @@ def specs_of(value):
 def spec_nbytes(spec):
     shape, dtype = spec
     return math.prod(shape) * numpy.dtype(dtype).itemsize
+
+
+#: the runtimes entered with ``with runtime:``, innermost last (coop.Runtime keeps it)
+active_runtimes = []
+
+
+def get_runtime():
+    """The innermost runtime entered with ``with runtime:``."""
+    if not active_runtimes:
+        raise RuntimeError("no coop runtime is active: create one, e.g. "
+                           "`with coop.Runtime(coop.numpy_allocator('1GiB')):`")
+    return active_runtimes[-1]
+
+
+def apply(kernel, *inputs, **attrs):
+    """Run kernel on coop Tensors (see Runtime.apply); the runtime is the inputs' own."""
+    for t in inputs:
+        if isinstance(t, Tensor):
+            return t._view.runtime.apply(kernel, *inputs, **attrs)
+    return get_runtime().apply(kernel, *inputs, **attrs)

@@ -17,33 +17,14 @@ from coop._core import CHEAP, EXPENSIVE, LOG_MOVE, log_records
 from coop._engine import Engine
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
-from coop.kernel import (DEVICES, DeviceSpec, Kernel, as_kernel, call_error, device_spec,
-                         spec_nbytes, specs_of)
+from coop.kernel import (DEVICES, DeviceSpec, Kernel, active_runtimes, as_kernel, call_error,
+                         device_spec, spec_nbytes, specs_of)
 from coop.policies import POLICIES, get_policy
 from coop.tensor import Tensor
 
 #: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place);
 #: kept for callers of earlier versions: coop.policies.POLICIES holds the records
 POLICY_TABLE = {name: (p.core, p.partition, p.inplace) for name, p in POLICIES.items()}
-
-_current = []
-
-
-def get_runtime():
-    """The innermost runtime entered with ``with runtime:``."""
-    if not _current:
-        raise RuntimeError("no coop runtime is active: create one, e.g. "
-                           "`with coop.Runtime(coop.numpy_allocator('1GiB')):`")
-    return _current[-1]
-
-
-def apply(kernel, *inputs, **attrs):
-    """Run kernel on coop Tensors (see Runtime.apply); the runtime is the inputs' own."""
-    for t in inputs:
-        if isinstance(t, Tensor):
-            return t._view.runtime.apply(kernel, *inputs, **attrs)
-    return get_runtime().apply(kernel, *inputs, **attrs)
-
 
 class Runtime:
     """The tape and its execution under one backend's budget.
@@ -130,7 +111,7 @@ class Runtime:
     # ---- entering ---------------------------------------------------------------------------
 
     def __enter__(self):
-        _current.append(self)
+        active_runtimes.append(self)
         return self
 
     def _check_owner(self):
@@ -151,7 +132,7 @@ class Runtime:
                 lock.release()
 
     def __exit__(self, *exc):
-        _current.remove(self)
+        active_runtimes.remove(self)
 
     def record(self, path):
         """Record the program from now on into a trace file (a context manager). Entered when
@@ -161,8 +142,8 @@ class Runtime:
 
     def timeline(self, path):
         """Draw the program from now on as a memory timeline, an HTML page at path (a context
-        manager; coop.timeline): recorded, then replayed at this budget and policy on exit."""
-        from coop.timeline import recording
+        manager; coop.trace.timeline): recorded, then replayed at this budget and policy on exit."""
+        from coop.trace.timeline import recording
         return recording(self, path)
 
     def mark_start(self):

@@ -10,8 +10,6 @@ value's memory as soon as the program drops it.
 import contextlib
 import sys
 
-from coop.autograd import TensorMethods
-
 
 class StorageRef:
     """A look at one storage of a runtime (for inspection: ``tensor.storage``)."""
@@ -64,13 +62,13 @@ class StorageRef:
         return f"<Storage {self.sid} {self.nbytes}B {state}>"
 
 
-class Tensor(TensorMethods):
+class Tensor:
     """A user's handle on a value: a view on a storage. Its memory is freed when the last
     Tensor on the storage goes away (the value stays recomputable while an Op needs it).
 
-    Autograd (coop/autograd.py): ``grad_fn`` is the Node that made it (None for leaves and
+    Autograd (coop.autograd): ``grad_fn`` is the Node that made it (None for leaves and
     outside the graph); ``grad`` accumulates a leaf's gradient; operators and op methods come
-    from TensorMethods."""
+    from coop.autograd.methods, installed by coop/__init__.py."""
 
     __slots__ = ("_view", "requires_grad", "grad", "grad_fn", "__weakref__")
 

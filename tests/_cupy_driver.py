@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from coop.backends import cupy_streams as streams
+from coop.backends import streams
 
 GiB = 1 << 30
 

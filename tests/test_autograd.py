@@ -174,7 +174,7 @@ def _saved_storages(root):
         node = stack.pop()
         storages.update(t.storage.sid for t in node.saved if t.storage.op is not None)
         for edge in node.edges:
-            if isinstance(edge, coop.autograd.Node) and edge not in seen:
+            if isinstance(edge, coop.autograd.tape.Node) and edge not in seen:
                 seen.add(edge)
                 stack.append(edge)
     return sorted(storages)

@@ -1,12 +1,12 @@
-"""`coop bench` (coop/bench.py): a small sweep end to end, its files, and its argument checks."""
+"""`coop bench` (coop/cli/bench.py): a small sweep end to end, its files, and its argument checks."""
 import csv
 import json
 import os
 
 import pytest
 
-from coop import bench
-from coop.__main__ import main as cli
+from coop.cli import bench, claims
+from coop.cli.main import main as cli
 
 SMALL = ["--quick", "--models", "resnet50,unet", "--policies", "coop,dtr,dte", "--step", "0.1",
          "--no-progress"]
@@ -127,7 +127,7 @@ def _row(ratio, status, overhead=1.0, moves=0):
 
 def test_a_failure_above_the_minimum_is_recorded():
     rows = [_row(r, s) for r, s in ((1.0, "ok"), (0.9, "oom"), (0.8, "ok"), (0.7, "thrash"))]
-    p = bench.summarize_policy(rows)
+    p = claims.summarize_policy(rows)
     assert p["min_feasible_ratio"] == 0.8 and p["failures_above_min"] == [0.9]
     assert p["at_min"]["window_moves"] == 0 and p["at_min"]["status"] == "ok"
 
@@ -137,30 +137,30 @@ def test_coop_never_worse_than_an_ablation_is_checked_at_every_ratio():
                    _row(0.7, "oom")],
           "coop-no-move": [_row(1.0, "ok", 1.0), _row(0.9, "ok", 1.1), _row(0.8, "oom"),
                            _row(0.7, "oom")]}
-    c = bench._never_worse_claim(by, "coop-no-move")
+    c = claims._never_worse_claim(by, "coop-no-move")
     assert (c["holds"], c["min_holds"], c["worse_at"]) == (False, True, [0.9])
     assert (c["coop"], c["coop-no-move"]) == (0.8, 0.9)
     by["coop-no-move"][1] = _row(0.9, "ok", 1.2)
-    assert bench._never_worse_claim(by, "coop-no-move")["holds"] is True
+    assert claims._never_worse_claim(by, "coop-no-move")["holds"] is True
     by["coop-no-move"][3] = _row(0.7, "ok", 3.0)     # completes lower: coop's minimum is higher
-    c = bench._never_worse_claim(by, "coop-no-move")
+    c = claims._never_worse_claim(by, "coop-no-move")
     assert (c["holds"], c["min_holds"], c["worse_at"]) == (False, False, [])
-    assert bench._never_worse_claim({"coop": by["coop"]}, "coop-no-move")["holds"] is None
+    assert claims._never_worse_claim({"coop": by["coop"]}, "coop-no-move")["holds"] is None
 
 
 def test_coop_against_dtr_ideal_takes_the_minimum_and_the_overhead_at_half():
     by = {"coop": [_row(0.5, "ok", 1.12), _row(0.4, "ok", 1.3), _row(0.3, "oom")],
           "dtr-ideal": [_row(0.5, "ok", 1.10), _row(0.4, "ok", 1.2), _row(0.3, "oom")]}
     mins = {"coop": 0.4, "dtr-ideal": 0.4}
-    c = bench._ideal_claim(mins, by)
+    c = claims._ideal_claim(mins, by)
     assert (c["holds"], c["min_holds"], c["overhead_0.5_holds"]) == (True, True, True)
     assert c["overhead_0.5"] == [1.12, 1.10]
     by["coop"][0] = _row(0.5, "ok", 1.13)            # 0.03 above: the overhead claim fails
-    assert bench._ideal_claim(mins, by)["overhead_0.5_holds"] is False
+    assert claims._ideal_claim(mins, by)["overhead_0.5_holds"] is False
     by["coop"][0] = _row(0.5, "ok", 1.12)
-    c = bench._ideal_claim({"coop": 0.43, "dtr-ideal": 0.4}, by)
+    c = claims._ideal_claim({"coop": 0.43, "dtr-ideal": 0.4}, by)
     assert (c["holds"], c["min_holds"]) == (False, False)
-    assert bench._ideal_claim({"coop": 0.42, "dtr-ideal": 0.4}, by)["min_holds"] is True
+    assert claims._ideal_claim({"coop": 0.42, "dtr-ideal": 0.4}, by)["min_holds"] is True
 
 
 @pytest.mark.parametrize("argv, names", [

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from coop.__main__ import main
+from coop.cli.main import main
 from coop.errors import TraceError
 
 GOOD = [{"op": "constant", "id": 0, "size": 4096},

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop import ops
 from coop._core import CHEAP, EXPENSIVE, LOG_MOVE
 from coop._engine import Engine
-from coop._replay import SizeExecutor
+from coop.trace._replay import SizeExecutor
 
 KIB = 1024
 

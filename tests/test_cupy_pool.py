@@ -9,7 +9,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import coop  # noqa: E402
-from coop.backends import cupy_streams as streams  # noqa: E402
+from coop.backends import streams as streams  # noqa: E402
 from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
 
 MiB = 1 << 20

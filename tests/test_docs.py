@@ -112,7 +112,7 @@ def test_nothing_cites_the_missing_design_document():
 
 
 #: subcommand -> the module whose docstring is its help text
-HELP_SOURCES = {"": "coop/__main__.py", "replay": "coop/replay_cli.py", "bench": "coop/bench.py"}
+HELP_SOURCES = {"": "coop/cli/main.py", "replay": "coop/cli/replay.py", "bench": "coop/cli/bench.py"}
 
 
 @pytest.mark.parametrize("command", list(HELP_SOURCES), ids=lambda c: c or "coop")

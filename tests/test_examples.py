@@ -106,3 +106,17 @@ def test_fragmentation_reads_a_bare_ratio_and_refuses_a_bad_budget(capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "budget 'abc': not a budget" in err and '"0.5"' in err
+
+
+def test_train_gpt_under_a_budget_is_bit_identical_to_an_unlimited_run(tmp_path):
+    """The main job's claim: the budget changes where tensors live and what is recomputed,
+    never a bit of the losses (schedule and clipping included: they run as coop ops)."""
+    example = load_example("train_gpt")
+    common = ["--steps", "8", "--layers", "4", "--d-model", "32", "--block", "32", "--batch", "8",
+              "--warmup", "3", "--eval-batches", "2", "--log-every", "0", "--backend", "numpy",
+              "--no-progress", "--out", str(tmp_path)]
+    budgeted = example.main(["--budget", "0.55x", *common])
+    unlimited = example.main(["--budget", "256MiB", *common])
+    assert budgeted["stats"]["recomputes"] > 0 and unlimited["stats"]["recomputes"] == 0
+    assert budgeted["losses"] == unlimited["losses"]
+    assert budgeted["val_loss"] == unlimited["val_loss"]

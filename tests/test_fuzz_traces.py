@@ -1,6 +1,6 @@
 """Fuzzing every way a trace gets in: coop traces (host traces with `allocs`, generated or
 recorded from a run, and plain ones; with failed kernels), DTR logs (valid, numbers as strings, mutated, truncated,
-garbage bytes) and raw bytes, through coop.replay in-process, `coop replay` in-process and
+garbage bytes) and raw bytes, through coop.trace.replay in-process, `coop replay` in-process and
 `python -m coop replay` as a process.
 
 The property: a clean error (coop.errors.TraceError naming the file, and the line where there is
@@ -27,8 +27,8 @@ import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss
 from hypothesis import HealthCheck, event, given, settings
 
-import coop.replay as R
-from coop.__main__ import main
+import coop.trace.replay as R
+from coop.cli.main import main
 from coop.errors import TraceError
 
 EXAMPLES = int(os.environ.get("COOP_FUZZ_EXAMPLES", "0"))

@@ -9,7 +9,7 @@ from numpy._core.multiarray import get_handler_name
 import coop
 from coop import CHEAP, EXPENSIVE, LOWEST, OutOfMemoryError
 from coop._core import CallbackOwner
-from coop._host import HostBackend
+from coop.backends._host import HostBackend
 from coop.backends.host import numpy_allocator
 from coop.budget import host_memory_bytes
 

@@ -15,25 +15,26 @@ import pytest
 
 import coop
 
-#: coop modules `import coop` may load: the core API (arena, runtime, tape, kernels, autograd's
-#: entry points, host and simulation backends, budgets, errors), and what the single residency
-#: engine being introduced brings with it (coop._engine; coop.policies, the policy table;
-#: coop._executor, the array executor; coop._replay, home of the sizes-only executor;
-#: coop.backends.base), should the runtime come to import them
+#: coop modules `import coop` may load: the core API (arena, runtime, kernels, the autograd
+#: tape and Tensor's methods, host and simulation backends, budgets, errors) and what the
+#: runtime is built on (the engine, its policies, the array executor, the sizes-only executor's
+#: module coop.trace._replay, the backends' base class)
 CORE_MODULES = frozenset({
-    "coop", "coop._core", "coop._host", "coop.arrays", "coop.autograd", "coop.backends",
+    "coop", "coop._core", "coop.backends._host", "coop.arrays", "coop.autograd",
+    "coop.autograd.tape", "coop.autograd.methods", "coop.backends",
     "coop.backends.host", "coop.backends.sim", "coop.budget", "coop.errors", "coop.kernel",
-    "coop.residency", "coop.runtime", "coop.tensor",
-    "coop._engine", "coop.policies", "coop._executor", "coop._replay", "coop.backends.base",
+    "coop.runtime", "coop.tensor",
+    "coop._engine", "coop.policies", "coop._executor", "coop.trace", "coop.trace._replay",
+    "coop.backends.base",
 })
-#: `import coop` loads fewer coop modules than this: 14 at this commit, 18 with the engine's
-#: work in progress (residency gone; _engine, policies, executor, _replay, backends.base in);
-#: it loaded 41 when all nine models, nn, ops and optim came with it
-MAX_COOP_MODULES = 19
+#: `import coop` loads fewer coop modules than this (21 of CORE_MODULES today); it loaded 41
+#: when all nine models, nn, ops and optim came with it
+MAX_COOP_MODULES = 22
 #: packages `import coop` must not load (nor anything under them)
-DEFERRED = ("coop.nn", "coop.ops", "coop.optim", "coop.models", "coop.bench", "coop.bench_report",
-            "coop.trace", "coop.replay", "coop.replay_cli", "coop.backends.cupy",
-            "coop.__main__", "matplotlib", "tqdm", "cupy", "scipy", "sklearn")
+DEFERRED = ("coop.nn", "coop.ops", "coop.optim", "coop.models", "coop.cli", "coop.trace.compile",
+            "coop.trace.records", "coop.trace.dtr", "coop.trace.writer", "coop.trace.replay",
+            "coop.trace.timeline", "coop.backends.cupy", "coop.__main__", "matplotlib", "tqdm",
+            "cupy", "scipy", "sklearn")
 
 
 def _python(code, *args, check=True):
@@ -133,10 +134,29 @@ def test_the_coop_command_still_works():
 
 
 def test_the_console_script_still_works():
-    # the `coop` script installed next to this interpreter (pyproject: coop.__main__:main)
+    # the `coop` script installed next to this interpreter (pyproject: coop.cli.main:main)
     script = shutil.which("coop", path=str(Path(sys.executable).parent))
     if script is None:
         pytest.skip("no `coop` console script next to this interpreter (not pip-installed)")
     env = dict(os.environ, PYTHONPATH=str(Path(coop.__file__).parent.parent))
     out = subprocess.run([script, "--help"], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.startswith("usage: coop")
+
+
+def test_a_source_tree_that_is_not_built_says_what_to_do(tmp_path):
+    # a clone's root before any build: `python -m coop` there imports the source folder coop/
+    # (cwd is first on sys.path); -S leaves out site-packages, where an install would be
+    shutil.copytree(Path(coop.__file__).parent, tmp_path / "coop",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "*.c", "*.cpp", "__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-S", "-m", "coop", "--help"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and "source tree" in lines[0] and "pip install -e ." in lines[0]
+    assert "the installed `coop` command" in lines[0]
+    out = subprocess.run([sys.executable, "-S", "-c", "import coop"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1].startswith("ImportError: coop: ")
+    assert "pip install -e ." in out.stderr.splitlines()[-1]

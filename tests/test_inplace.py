@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop._core import CHEAP
 from coop._engine import Engine
-from coop._replay import SizeExecutor
+from coop.trace._replay import SizeExecutor
 from coop.models.unrolled import unrolled_gan_trace
 
 from _graphs import ADDC, MUL, TANH, evict

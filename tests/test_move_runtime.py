@@ -6,10 +6,10 @@ import pytest
 from _gradcheck import train_deep_mlp
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop._core import CHEAP, EXPENSIVE
 from coop._engine import Engine
-from coop._replay import SizeExecutor
+from coop.trace._replay import SizeExecutor
 from coop.kernel import DEVICES
 from coop.models import paper
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-import coop.replay as R
+import coop.trace.replay as R
 from coop._core import Arena
-from coop._replay import Replayer
+from coop.trace._replay import Replayer
 from coop.trace import load
 
 UNIT = 512   # the trace's alignment: every value below takes one unit, the stack two

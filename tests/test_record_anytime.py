@@ -9,9 +9,9 @@ import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop import ops
-from coop._replay import Replayer
+from coop.trace._replay import Replayer
 from coop.models import GPT
 from coop.optim import AdamW
 from coop.trace import load

@@ -1,4 +1,4 @@
-"""Trace replay (coop/trace.py, coop/_replay.pyx, coop/replay.py, `coop replay`): the DTR log
+"""Trace replay (coop/trace/, coop/trace/_replay.pyx, coop/trace/replay.py, `coop replay`): the DTR log
 importer record by record, errors that name their line, the oracles (DTR's uniform linear
 chain, overhead exactly 1.0 when unlimited, recorded runs replaying with the run's evictions
 and recomputes), and the arena's invariants after a replay runs out of memory."""
@@ -11,9 +11,9 @@ import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss, train_deep_mlp
 
 import coop
-import coop.replay as R
+import coop.trace.replay as R
 from coop import ops
-from coop._replay import Replayer
+from coop.trace._replay import Replayer
 from coop.models import GPT, paper
 from coop.optim import AdamW
 from coop.errors import TraceError
@@ -439,7 +439,7 @@ def test_a_dtr_log_may_write_every_number_as_a_string(tmp_path):
     ([([], [0], [-1], [], None, 1.0, 0, False, 0)], [(1, 0)], "op 0 has 9 fields"),
 ])
 def test_a_program_built_by_hand_has_every_index_checked(ops, records, message):
-    from coop._replay import Program
+    from coop.trace._replay import Program
     with pytest.raises(ValueError, match=message):
         Program(1, [64], records, ops, ["f"] * len(ops))
 
@@ -528,7 +528,7 @@ def test_the_arena_is_consistent_after_a_replay_runs_out_of_memory(resnet_trace)
 # ---- the command ----------------------------------------------------------------------------------
 
 def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
-    from coop.__main__ import main
+    from coop.cli.main import main
     completed = all(R.replay(resnet_trace, ratio=0.5, policy=p)["status"] == "ok"
                     for p in ("coop", "dtr", "dtr-ideal"))
     assert main(["replay", str(resnet_trace), "--budget", "0.5",
@@ -549,7 +549,7 @@ def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
 
 @pytest.mark.parametrize("budget", ["0.5", "0.5x", "50%", "0.5 X", " 50 % "])
 def test_coop_replay_reads_every_form_of_a_share_alike(resnet_trace, capsys, budget):
-    from coop.__main__ import main
+    from coop.cli.main import main
     expected = R.replay(resnet_trace, ratio=0.5)
     assert main(["replay", str(resnet_trace), "--budget", budget, "--json"]) == \
         (0 if expected["status"] == "ok" else 3)
@@ -562,7 +562,7 @@ def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):
     """A run that ran out of memory shows no overhead (a partial run's), a line naming the
     record, the request and the largest free range, and the exit status 3; the JSON keeps the
     same figures; a completed run beside it is unaffected."""
-    from coop.__main__ import main
+    from coop.cli.main import main
     failed = R.replay(resnet_trace, ratio=0.15, policy="dtr")
     assert failed["status"] == "oom" and failed["failed_request"] > failed["failed_largest_free"]
     assert 0 < failed["failed_record"] == failed["records"]

@@ -1,4 +1,4 @@
-"""The memory timeline (coop.timeline): its pieces are the arena's allocation log of the replay,
+"""The memory timeline (coop.trace.timeline): its pieces are the arena's allocation log of the replay,
 each with its owner's kind and how it began and ended; its marks add up to the run's counters;
 the page is self-contained; and in a real browser (headless Chromium driven by selenium) the
 drawn pieces, the tooltip and the zoom are what the data says."""
@@ -11,11 +11,11 @@ import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss
 
 import coop
-import coop.replay as R
-from coop import timeline
-from coop.__main__ import main as coop_main
+import coop.trace.replay as R
+from coop.trace import timeline
+from coop.cli.main import main as coop_main
 from coop._core import LOG_MOVE, log_records
-from coop._replay import Replayer
+from coop.trace._replay import Replayer
 from coop.optim import AdamW
 from coop.trace import load
 

@@ -241,7 +241,7 @@ def test_a_failed_kernel_is_recorded_and_replays_as_the_run_left_it(tmp_path, rt
                       "cost": 0, "cls": "cheap", "failed": True}
     assert got[5] == {"op": "call", "name": "fail", "inputs": [0, 2], "outputs": [],
                       "cost": 0, "cls": "cheap", "failed": True}
-    from coop._replay import Replayer
+    from coop.trace._replay import Replayer
     program = coop.trace.load(path)
     assert [program.op_failed(t) for t in range(program.n_ops)] == [False, False, True, True]
     assert program.cost_first == got[2]["cost"] + got[3]["cost"]

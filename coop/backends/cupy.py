@@ -7,7 +7,7 @@ The pool is itself the allocator (``__call__`` is ``malloc``), so the object han
 
 Per device, the first malloc reserves one device allocation of the budget (rounded down to 512
 bytes, the arena's capacity); every allocation is a piece of it, wrapped in its own
-``UnownedMemory`` whose owner (``coop._cupy_pool.Piece``) frees the piece when the last view of it dies.
+``UnownedMemory`` whose owner (``coop.backends._cupy_pool.Piece``) frees the piece when the last view of it dies.
 Allocations made outside ``coop.apply`` stay anonymous pieces: never evicted. CuPy's memory
 hooks (``cupy.cuda.MemoryHook``) are called as CuPy's own pool calls them.
 
@@ -15,7 +15,7 @@ Streams (the rule of RMM's stream-ordered pools): allocations may run on any str
 freed on stream A is reused on A at once (stream order protects it); before another stream B
 gets memory after frees on A, B waits on an event recorded on A after those frees
 (``cudaStreamWaitEvent``). Each thread's per-thread default stream is its own stream although
-they share one handle. ``coop.backends.cupy_streams`` keeps this bookkeeping, only once a
+they share one handle. ``coop.backends.streams`` keeps this bookkeeping, only once a
 second stream appears.
 
 A coop.Runtime binds to the device current when it is made (`bound`): used with another device
@@ -38,8 +38,8 @@ from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
 from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
-from coop._cupy_pool import adopt, serve
-from coop.backends import cupy_streams as streams
+from coop.backends._cupy_pool import adopt, serve
+from coop.backends import streams
 from coop.backends.base import Backend
 from coop.budget import Budget
 from coop.errors import OutOfMemoryError

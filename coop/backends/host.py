@@ -1,11 +1,11 @@
-"""NumPy on the host: ``numpy_allocator`` builds a ``HostBackend`` (``coop._host``) for a budget.
+"""NumPy on the host: ``numpy_allocator`` builds a ``HostBackend`` (``coop.backends._host``) for a budget.
 
 Install it with ``with backend:`` (or ``install()`` / ``uninstall()``). NumPy keeps its memory
 handler in a contextvar, so the backend serves the thread (and context) that installed it; a
 thread started inside the block allocates with NumPy's default handler, and every array is freed
 by the handler that allocated it. See docs/backends.md, "NumPy (host)".
 """
-from coop._host import HostBackend
+from coop.backends._host import HostBackend
 from coop.budget import host_memory_bytes, parse_budget
 
 __all__ = ["HostBackend", "numpy_allocator"]

@@ -2,7 +2,10 @@
 bottleneck blocks; ``resnet50``/``resnet152`` are torchvision's layout), DenseNet-121,
 Inception-V3, U-Net, Swin-T, BERT (masked-LM) and a BiLSTM classifier; coop.models.paper is
 the Coop paper's evaluation set. Each takes the runtime first and a seed or Generator for
-reproducible initialization; ``num_parameters()`` counts parameters."""
+reproducible initialization; ``num_parameters()`` counts parameters.
+
+Layer: above coop.nn and coop.optim (and the simulation backend, for the paper's set); only
+coop.cli imports it."""
 from coop.models.bert import BERT, bert_large
 from coop.models.bilstm import BiLSTM, bilstm
 from coop.models.densenet import DenseNet, densenet121

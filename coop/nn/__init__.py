@@ -1,5 +1,7 @@
 """Neural-network modules on coop Tensors (see coop/nn/module.py for the conventions:
-modules take the runtime first, parameters are pinned constants, initialization is seeded)."""
+modules take the runtime first, parameters are pinned constants, initialization is seeded).
+
+Layer: above the ops and autograd's backward pass; below coop.optim and coop.models."""
 from coop.nn.layers import (
     GELU,
     AvgPool2d,

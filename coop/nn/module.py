@@ -11,7 +11,7 @@ import numpy
 
 from coop.kernel import Kernel
 from coop.ops._common import elementwise_flops
-from coop.runtime import get_runtime
+from coop.kernel import get_runtime
 from coop.tensor import Tensor
 
 

@@ -1,11 +1,14 @@
 """The op library: differentiable functions on coop Tensors.
 
 Each op runs a forward kernel through ``coop.apply`` and records a backward node
-(coop/autograd.py) whose backward kernels also run through it, so activations and gradients
+(coop.autograd.tape) whose backward kernels also run through it, so activations and gradients
 are storages the runtime may evict and recompute. Every kernel has a shape rule and a FLOP
 estimate (the simulation backend runs on those) and a class: matmul, batch_matmul, conv2d,
 conv2d_grad_input, conv2d_grad_weight, conv_transpose2d, conv_transpose2d_grad_input,
 conv_transpose2d_grad_weight and add_n are EXPENSIVE, the rest CHEAP.
+
+Layer: above the runtime, kernels, Tensor and the autograd tape (coop.autograd.tape); below
+autograd's backward pass and Tensor's methods, coop.nn, coop.optim and coop.models.
 """
 from coop.ops.conv import (
     avg_pool2d,

@@ -9,7 +9,7 @@ import numbers
 
 import numpy
 
-from coop.autograd import record
+from coop.autograd.tape import record
 from coop.kernel import Kernel
 from coop.tensor import Tensor
 

@@ -6,7 +6,7 @@ padding) and nearest-neighbour upsampling.
 """
 import numbers
 
-from coop.autograd import record
+from coop.autograd.tape import record
 from coop.ops._common import check_tensors, numel, op_kernel
 from coop.ops.reduce import sum as reduce_sum
 

@@ -6,7 +6,7 @@ broadcasting op sums its gradients down to the inputs' shapes inside the kernel.
 """
 import math
 
-from coop.autograd import record
+from coop.autograd.tape import record
 from coop.ops._common import (
     broadcast,
     check_tensors,

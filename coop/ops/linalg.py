@@ -6,7 +6,7 @@ separate transpose op.
 """
 import numpy
 
-from coop.autograd import record
+from coop.autograd.tape import record
 from coop.ops._common import check_tensors, numel, op_kernel
 from coop.ops.shape import reshape
 

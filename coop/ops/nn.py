@@ -3,7 +3,7 @@ is replayed bit-exactly on recompute), embedding, and an LSTM cell composed of t
 """
 import numpy
 
-from coop.autograd import record
+from coop.autograd.tape import record
 from coop.ops._common import (
     axes_of,
     check_tensors,

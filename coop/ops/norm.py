@@ -6,7 +6,7 @@ batch_norm in training mode normalizes with the batch's statistics and updates t
 statistics IN PLACE (an inplace kernel, so the runtime keeps every version recomputable);
 in eval mode it uses the running statistics (composed of elementwise ops).
 """
-from coop.autograd import no_grad, record
+from coop.autograd.tape import no_grad, record
 from coop.ops._common import check_tensors, elementwise_flops, like, op_kernel, sum_to
 from coop.ops.elementwise import add, div, mul, sqrt, sub
 from coop.ops.shape import reshape

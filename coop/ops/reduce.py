@@ -3,7 +3,7 @@
 
 Their backward kernels broadcast the gradient back (``expand``), scaled or masked.
 """
-from coop.autograd import record
+from coop.autograd.tape import record
 from coop.ops._common import axes_of, numel, op_kernel, reduced
 from coop.ops._common import sum_to as _sum_to
 

@@ -5,7 +5,7 @@ import numbers
 
 import numpy
 
-from coop.autograd import record
+from coop.autograd.tape import record
 from coop.ops._common import axes_of, check_tensors, numel, op_kernel
 
 

@@ -1,10 +1,11 @@
 """`coop bench`'s report: Markdown tables (for the README) and matplotlib figures, from the
-sweep's rows and summary (coop/bench.py)."""
+sweep's rows and summary (coop/cli/bench.py)."""
 import math
 import os
 import statistics
 
-from coop import replay as R
+from coop.cli.claims import IDEAL_SLACK
+from coop.trace import replay as R
 
 GIB = 1 << 30
 
@@ -165,7 +166,6 @@ def _ablation_tables(summary, policies):
     """coop against its ablations and the baselines: the minimum ratios beside the lower
     bound, coop's moves, and the claims that coop is never worse than each ablation and within
     IDEAL_SLACK of dtr-ideal."""
-    from coop.bench import IDEAL_SLACK
     shown = [p for p in ABLATION if p in policies]
     if "coop" not in shown:
         return []

@@ -2,7 +2,7 @@
 
 ``replay(trace, ratio=0.5, policy="coop")`` returns docs/design.md's metrics for one run. The
 budget is a ratio of the trace's unlimited peak (``peak(trace)``: the arena's peak used bytes
-when nothing is evicted) or a number of bytes. The replayer is coop/_replay.pyx: the runtime's
+when nothing is evicted) or a number of bytes. The replayer is coop/trace/_replay.pyx: the runtime's
 residency rules over integer storages, so a trace recorded from a run replays with that run's
 evictions and recomputes.
 """
@@ -11,14 +11,13 @@ import os
 import time
 
 from coop._core import Arena
-from coop.errors import Thrash
-from coop._replay import Program, Replayer
 from coop.budget import parse_budget
-from coop.errors import OutOfMemoryError
+from coop.errors import OutOfMemoryError, Thrash, TraceError
 from coop.kernel import DEVICES
 from coop.policies import POLICIES, get_policy
-from coop.errors import TraceError
-from coop.trace import MAX_BYTES, load, valid_alignment
+from coop.trace._replay import Program, Replayer
+from coop.trace.compile import load
+from coop.trace.records import MAX_BYTES, valid_alignment
 
 __all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
 

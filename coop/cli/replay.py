@@ -15,8 +15,8 @@ import math
 import os
 import sys
 
-from coop import replay as R
 from coop.budget import Budget
+from coop.trace import replay as R
 from coop.errors import UsageError
 from coop.policies import POLICIES
 from coop.trace import valid_alignment
@@ -101,7 +101,7 @@ def read_budget(text):
 
 
 def _timelines(args, program, results):
-    from coop import timeline
+    from coop.trace import timeline
     stem, suffix = os.path.splitext(args.timeline)
     for r in results:
         path = args.timeline if len(results) == 1 else f"{stem}-{r['policy']}{suffix or '.html'}"

@@ -5,6 +5,8 @@ the residency engine (coop._engine) on the real arena core, at C speed.
 The engine is the one the runtime uses, so a trace recorded from a run replays with the
 evictions and recomputes the run made (tests/test_replay.py). ``SizeExecutor`` is also what
 the runtime uses on the simulation backend. Semantics: docs/trace-format.md.
+
+Layer: coop.trace; cimports the engine and the core, imports coop.errors; nothing above.
 """
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
@@ -294,7 +296,7 @@ cdef class _ReplayExecutor(SizeExecutor):
 
 
 cdef class Replayer:
-    """One replay of a Program under one arena and policy (use coop.replay.replay): each
+    """One replay of a Program under one arena and policy (use coop.trace.replay.replay): each
     record becomes the engine call the runtime would make."""
 
     cdef Program prog

@@ -20,6 +20,8 @@ Where the handler applies (NumPy keeps it in a contextvar):
 
 The GIL is the lock: every handler function takes it (NumPy calls them holding it anyway), and
 the arena calls no Python code while its structures are inconsistent.
+
+Layer: coop.backends; cimports and imports the core, imports coop.backends.base; nothing above.
 """
 from cpython.pycapsule cimport PyCapsule_GetContext, PyCapsule_GetPointer, PyCapsule_New
 from cpython.pycapsule cimport PyCapsule_SetContext

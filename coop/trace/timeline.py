@@ -11,7 +11,7 @@ where it happened, so a moved piece is drawn at its old range up to the move and
 one after. ``write(trace, path, budget=...)`` draws a trace;
 ``Runtime.timeline(path)`` draws a stretch of a live run (docs/trace-format.md#timelines).
 
-The page's script (coop/timeline.js) is plain JS over SVG, written here: the one plotting
+The page's script (coop/trace/timeline.js) is plain JS over SVG, written here: the one plotting
 library on PyPI that writes offline pages, plotly (``include_plotlyjs=True``), inlines a
 bundle of several megabytes into every page and draws rectangles as layout shapes without per-piece
 attributes, which the browser test reads.
@@ -24,10 +24,9 @@ import tempfile
 from importlib import resources
 
 from coop._core import EXPENSIVE, LOG_MOVE, Arena, log_records
-from coop.errors import Thrash
-from coop._replay import Replayer
-from coop.errors import OutOfMemoryError
+from coop.errors import OutOfMemoryError, Thrash
 from coop.policies import get_policy
+from coop.trace._replay import Replayer
 
 __all__ = ["KINDS", "MARKS", "Timeline", "collect", "recording", "render", "write"]
 
@@ -74,8 +73,8 @@ class Timeline:
 
 def collect(program, budget, policy="coop", alignment=None, thrash=None):
     """Replay program (a coop.trace Program) at budget bytes under policy, taking the arena's
-    log record by record; returns a Timeline (its figures as coop.replay.replay's)."""
-    from coop.replay import DEFAULT_ALIGNMENT, copy_cost
+    log record by record; returns a Timeline (its figures as coop.trace.replay.replay's)."""
+    from coop.trace.replay import DEFAULT_ALIGNMENT, copy_cost
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
     arena = Arena(int(budget), align, ideal=get_policy(policy).ideal)
     replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0,
@@ -262,7 +261,7 @@ def render(timeline):
     legend += "".join(f'<span class="key"><i class="tickmark m-{m}"></i>{m}</span>'
                       for m in ("evicted", "recomputed", "moved"))
     payload = json.dumps(timeline.data(), separators=(",", ":")).replace("</", "<\\/")
-    script = resources.files("coop").joinpath("timeline.js").read_text(encoding="utf-8")
+    script = resources.files("coop.trace").joinpath("timeline.js").read_text(encoding="utf-8")
     return _PAGE.format(title=html.escape(timeline.title), header=header, legend=legend,
                         style=_STYLE, data=payload, script=script)
 
@@ -271,7 +270,7 @@ def write(trace, path, budget=None, ratio=None, policy="coop", alignment=None, t
           format=None):
     """Replay trace (a path or Program) at budget (bytes, "6GiB") or ratio (of its unlimited
     peak) under policy and write its timeline to path; returns the Timeline."""
-    from coop import replay as R
+    from coop.trace import replay as R
     from coop.budget import parse_budget
     program = R._program(trace) if format is None else R.load(trace, format)
     if (budget is None) == (ratio is None):
@@ -292,7 +291,7 @@ def recording(runtime, path):
     evictions and recomputes (tests/test_replay.py, tests/test_record_anytime.py)."""
     if runtime.trace is not None:
         raise ValueError("this runtime is recording a trace already: draw that trace with "
-                         "coop.timeline.write(trace, path, budget=...) once it is written")
+                         "coop.trace.timeline.write(trace, path, budget=...) once it is written")
     with tempfile.TemporaryDirectory(prefix="coop-timeline-") as tmp:
         trace = os.path.join(tmp, "trace.jsonl")
         try:

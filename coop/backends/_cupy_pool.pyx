@@ -6,6 +6,8 @@
 owner frees the piece from ``__dealloc__`` when CuPy drops the last view. CuPy ships no .pxd for
 its memory module (its class layouts change between versions), so its classes are called
 through Python, from C. Imported only by the CuPy backend: importing it imports CuPy.
+
+Layer: coop.backends; cimports the core only.
 """
 from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, UnownedMemory

@@ -1,0 +1,181 @@
+"""`coop bench`'s summary of a sweep: per model and policy the minimum feasible ratio and the
+points at MARKS, and the claims checked on them (never tuned): coop's minimum <= dtr's and
+dte's, within IDEAL_SLACK of dtr-ideal, never worse than each ablation, less fragmented, and
+cheaper to search."""
+import math
+import statistics
+
+#: ratios reported in the tables (and always swept when above a model's floor)
+MARKS = (0.5, 0.3)
+#: the search-time claim: dtr's total search time at 0.3 over coop's, at least this
+SEARCH_FACTOR = 3.0
+
+
+def _at(rows, ratio):
+    return next((r for r in rows if abs(r["ratio"] - ratio) < 1e-9), None)
+
+
+def _point(row):
+    if row is None:
+        return None
+    return {k: row[k] for k in ("status", "compute_overhead", "search_time",
+                                "fragmentation_rate", "evictions", "bytes_evicted",
+                                "recomputes", "window_moves",
+                                "bytes_moved", "move_cost", "room_made", "cost_total")}
+
+
+def summarize_policy(rows):
+    """A policy's sweep on one source: minimum feasible ratio, failures above it, the MARKS."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    best = min((r["ratio"] for r in ok), default=None)
+    above = [r["ratio"] for r in rows
+             if r["status"] != "ok" and (best is None or r["ratio"] > best)]
+    return {
+        "min_feasible_ratio": best,
+        "failures_above_min": above,
+        "ratios_run": len(rows),
+        "lowest_ratio_run": min(r["ratio"] for r in rows),
+        "at": {f"{m:g}": _point(_at(rows, m)) for m in MARKS},
+        "at_min": _point(_at(rows, best)) if best is not None else None,
+        "max_fragmentation_rate": max((r["fragmentation_rate"] for r in ok), default=None),
+        "median_records_per_s": statistics.median(r["records_per_s"] for r in rows),
+    }
+
+
+def _min_claim(mins):
+    if any(p not in mins for p in ("coop", "dtr", "dte")):
+        return {"holds": None, "why": "needs coop, dtr and dte"}
+    c, d, e = mins["coop"], mins["dtr"], mins["dte"]
+    if c is None and d is None and e is None:
+        return {"holds": None, "why": "no run of coop, dtr or dte completed"}
+    inf = math.inf
+    holds = (c if c is not None else inf) <= min(d if d is not None else inf,
+                                                 e if e is not None else inf)
+    return {"holds": holds, "coop": c, "dtr": d, "dte": e}
+
+
+#: how far above dtr-ideal (no addresses) coop's minimum ratio and overhead at 0.5 may be
+IDEAL_SLACK = 0.02
+
+
+def _ideal_claim(mins, by_policy):
+    """coop's minimum ratio <= dtr-ideal's + IDEAL_SLACK, and its overhead at 0.5 <= dtr-ideal's
+    + IDEAL_SLACK (where both complete at 0.5): what addresses cost coop."""
+    if "coop" not in mins or "dtr-ideal" not in mins:
+        return {"holds": None, "why": "needs coop and dtr-ideal"}
+    c, i = mins["coop"], mins["dtr-ideal"]
+    if i is None:
+        return {"holds": None, "why": "no run of dtr-ideal completed"}
+    min_holds = c is not None and c <= i + IDEAL_SLACK + 1e-9
+    a, b = _at(by_policy["coop"], 0.5), _at(by_policy["dtr-ideal"], 0.5)
+    over = None
+    if a is not None and b is not None and b["status"] == "ok":
+        over = a["status"] == "ok" and \
+            a["compute_overhead"] <= b["compute_overhead"] + IDEAL_SLACK + 1e-12
+    return {"holds": min_holds and over is not False, "coop": c, "dtr-ideal": i,
+            "min_holds": min_holds, "overhead_0.5_holds": over,
+            "overhead_0.5": None if a is None or b is None else
+            [a["compute_overhead"] if a["status"] == "ok" else None,
+             b["compute_overhead"] if b["status"] == "ok" else None]}
+
+
+def _never_worse_claim(by_policy, other):
+    """coop no worse than the ablation `other`: its minimum ratio no higher, and its compute
+    overhead no higher (1e-9 relative) at every ratio where both complete."""
+    if "coop" not in by_policy or other not in by_policy:
+        return {"holds": None, "why": f"needs coop and {other}"}
+    ok_c = [r["ratio"] for r in by_policy["coop"] if r["status"] == "ok"]
+    ok_o = [r["ratio"] for r in by_policy[other] if r["status"] == "ok"]
+    c, o = min(ok_c, default=None), min(ok_o, default=None)
+    min_holds = o is None or (c is not None and c <= o + 1e-9)
+    worse = []
+    for r in by_policy["coop"]:
+        q = _at(by_policy[other], r["ratio"])
+        if r["status"] == "ok" and q is not None and q["status"] == "ok" and \
+                r["compute_overhead"] > q["compute_overhead"] * (1 + 1e-9):
+            worse.append(r["ratio"])
+    return {"holds": min_holds and not worse, "coop": c, other: o, "min_holds": min_holds,
+            "worse_at": worse}
+
+
+def _fragmentation_claim(by_policy):
+    """coop's fragmentation rate below dtr's and dte's at every ratio where all three complete
+    and each searched at least once (the rate is a mean over searches: none, no rate)."""
+    if any(p not in by_policy for p in ("coop", "dtr", "dte")):
+        return {"holds": None, "why": "needs coop, dtr and dte"}
+    points, no_search = [], []
+    for c in by_policy["coop"]:
+        d, e = _at(by_policy["dtr"], c["ratio"]), _at(by_policy["dte"], c["ratio"])
+        if any(r is None or r["status"] != "ok" for r in (c, d, e)):
+            continue
+        if not (c["searches"] and d["searches"] and e["searches"]):
+            no_search.append(c["ratio"])
+            continue
+        points.append((c["ratio"], c["fragmentation_rate"], d["fragmentation_rate"],
+                       e["fragmentation_rate"]))
+    if not points:
+        return {"holds": None, "why": "no ratio where coop, dtr and dte all complete and search",
+                "ratios_without_searches": no_search}
+    return {
+        "holds": all(c < d and c < e for _, c, d, e in points),
+        "ratios": len(points),
+        "ratios_without_searches": no_search,
+        "violations": [r for r, c, d, e in points if not (c < d and c < e)],
+        "mean": {p: statistics.fmean(pt[i] for pt in points)
+                 for i, p in enumerate(("coop", "dtr", "dte"), 1)},
+    }
+
+
+def _search_claim(by_policy, ratio=0.3):
+    if "coop" not in by_policy or "dtr" not in by_policy:
+        return {"holds": None, "why": "needs coop and dtr"}
+    c, d = _at(by_policy["coop"], ratio), _at(by_policy["dtr"], ratio)
+    failed = [f"{p} {'not run (its sweep had stopped)' if r is None else r['status']}"
+              for p, r in (("coop", c), ("dtr", d)) if r is None or r["status"] != "ok"]
+    if failed:
+        return {"holds": None, "why": f"at {ratio:g}: " + ", ".join(failed)}
+    tc, td = c["search_time"], d["search_time"]
+    if tc == 0 and td == 0:
+        return {"holds": None, "why": f"neither searched at {ratio:g}", "coop": 0.0, "dtr": 0.0}
+    factor = td / tc if tc else math.inf
+    return {"holds": factor >= SEARCH_FACTOR, "coop": tc, "dtr": td, "factor": factor,
+            "coop_searches": c["searches"], "dtr_searches": d["searches"]}
+
+
+def search_factor_median(by_policy):
+    """dtr's total search time over coop's, median over the ratios where both complete and
+    coop searched (None if there are none): search time beyond the single ratio 0.3."""
+    if "coop" not in by_policy or "dtr" not in by_policy:
+        return None
+    factors = []
+    for c in by_policy["coop"]:
+        d = _at(by_policy["dtr"], c["ratio"])
+        if c["status"] == "ok" and d is not None and d["status"] == "ok" and c["search_time"]:
+            factors.append(d["search_time"] / c["search_time"])
+    return {"median": statistics.median(factors), "ratios": len(factors)} if factors else None
+
+
+def summarize(sources, rows, policies):
+    """summary.json's content: per source, its unlimited run, per policy summaries and the
+    paper's claims (holds: true, false, or null where it cannot be checked, with why)."""
+    summary = {}
+    for s in sources:
+        mine = [r for r in rows if r["model"] == s["name"]]
+        by_policy = {p: [r for r in mine if r["policy"] == p] for p in policies}
+        by_policy = {p: v for p, v in by_policy.items() if v}
+        per = {p: summarize_policy(v) for p, v in by_policy.items()}
+        mins = {p: v["min_feasible_ratio"] for p, v in per.items()}
+        summary[s["name"]] = {
+            **{k: v for k, v in s.items() if k != "name"},
+            "policies": per,
+            "search_dtr_over_coop": search_factor_median(by_policy),
+            "claims": {
+                "min_budget": _min_claim(mins),
+                "ideal": _ideal_claim(mins, by_policy),
+                **{f"not_worse_than_{p}": _never_worse_claim(by_policy, p)
+                   for p in ("coop-no-move", "coop-no-inplace", "coop-no-partition")},
+                "fragmentation": _fragmentation_claim(by_policy),
+                "search_time_0.3": _search_claim(by_policy),
+            },
+        }
+    return summary

@@ -1,0 +1,159 @@
+"""Compiling trace records into a Program (coop.trace._replay): dense value indices, checked
+references, the records before `start` turned into constants."""
+import math
+
+from coop._core import EXPENSIVE
+from coop.errors import TraceError
+from coop.trace._replay import KINDS, Program
+from coop.trace.dtr import import_dtr
+from coop.trace.records import MAX_BYTES, is_int, read_records, show, sniff, valid_alignment
+
+def load(path, format=None):
+    """Read and compile a trace file (coop's format, or a DTR log: sniffed when format is None)."""
+    format = format or sniff(path)
+    if format == "coop":
+        records = read_records(path)
+    elif format == "dtr":
+        records = import_dtr(path)
+    else:
+        raise ValueError(f"unknown trace format {format!r}; choose 'coop' or 'dtr'")
+    return compile_program(records, str(path))
+
+
+def compile_program(records, where="<records>"):
+    """Compile (line number, record) pairs (or plain records) into a coop.trace._replay.Program.
+
+    Records before a `start` are not replayed: the values they leave referenced at the start
+    become constants. Ids become dense value indices; a reference to an unknown or released id
+    is an error naming its line.
+    """
+    items = [(lr if isinstance(lr, tuple) else (None, lr)) for lr in records]
+    start = max((i for i, (_, r) in enumerate(items) if r["op"] == "start"), default=-1)
+    meta = {}
+    index, sizes, live = {}, [], set()
+    out_records, ops, names = [], [], []
+    cost_kind = {"expensive": EXPENSIVE, "cheap": 1}
+
+    def loc(lineno):
+        return f"{where}:{lineno}" if lineno is not None else where
+
+    def value(tid, size):
+        index[tid] = len(sizes)
+        sizes.append(size)
+        live.add(tid)
+        return index[tid]
+
+    def ref(tid, lineno):
+        if tid not in live:
+            state = "released" if tid in index else "never defined"
+            raise TraceError(f"{loc(lineno)}: id {tid} is used but {state}")
+        return index[tid]
+
+    if start >= 0:
+        # the prefix: what is still referenced at the start becomes a constant
+        prefix_sizes = {}
+        for lineno, r in items[:start]:
+            kind = r["op"]
+            if kind == "constant":
+                prefix_sizes[r["id"]] = r["size"]
+            elif kind == "call":
+                for out in r["outputs"]:
+                    if out.get("alias", -1) < 0:
+                        prefix_sizes.setdefault(out["id"], out["size"])
+            elif kind == "release":
+                prefix_sizes.pop(r["id"], None)
+            elif kind == "meta":
+                meta.update(r)
+        for tid, size in prefix_sizes.items():
+            out_records.append((KINDS["constant"], value(tid, size)))
+    for lineno, r in items[start + 1:]:
+        kind = r["op"]
+        if kind == "constant":
+            if r["id"] in live:
+                raise TraceError(f"{loc(lineno)}: id {r['id']} is defined twice")
+            out_records.append((KINDS["constant"], value(r["id"], r["size"])))
+        elif kind in ("call", "mutate"):
+            inputs = [ref(i, lineno) for i in r["inputs"]]
+            events = r.get("allocs")
+            outputs, allocs, mutated = [], [], []
+            if kind == "call":
+                seen = set()
+                for out in r["outputs"]:
+                    alias = out.get("alias", -1)
+                    if not isinstance(alias, int) or not -1 <= alias < len(inputs):
+                        raise TraceError(f"{loc(lineno)}: alias must be -1 or an index into "
+                                         f"the {len(inputs)} inputs, got {alias!r}")
+                    if alias >= 0 or out["id"] in seen:
+                        outputs.append(-1)
+                        allocs.append(-1)
+                        continue
+                    if out["id"] in live:
+                        raise TraceError(f"{loc(lineno)}: id {out['id']} is defined twice")
+                    seen.add(out["id"])
+                    outputs.append(out["id"])
+                    allocs.append(out.get("alloc"))
+            else:
+                mutated = list(r["mutated"])
+            if events is not None:
+                _check_events(events, allocs, loc(lineno))
+            else:
+                allocs = [-1] * len(allocs)
+            outputs = [value(o, out["size"]) if o != -1 else -1
+                       for o, out in zip(outputs, r.get("outputs", []))]
+            ops.append((inputs, outputs, allocs, mutated, events, float(r["cost"]),
+                        cost_kind[r.get("cls", "expensive")], r.get("failed", False)))
+            names.append(r["name"])
+            out_records.append((KINDS[kind], len(ops) - 1))
+        elif kind in ("release", "access", "materialize"):
+            if r["id"] not in live:
+                if kind != "release":
+                    ref(r["id"], lineno)
+                continue   # releasing an unknown or released id is ignored
+            if kind == "release":
+                live.discard(r["id"])
+            if kind == "materialize" and r.get("settle", True) is not True:
+                if r["settle"] is not False:
+                    raise TraceError(f"{loc(lineno)}: settle must be true or false, "
+                                     f"got {r['settle']!r}")
+                kind = "materialize in place"
+            out_records.append((KINDS[kind], index[r["id"]]))
+        elif kind == "meta":
+            meta.update(r)
+    meta.pop("op", None)
+    align = meta.get("alignment")
+    if align is not None and not valid_alignment(align):
+        raise TraceError(f"{where}: the meta record's alignment must be a power of two in "
+                         f"[1, 2**30], got {show(align)}")
+    if not math.isfinite(sum(op[5] for op in ops if not op[7])):
+        raise TraceError(f"{where}: the ops' costs add up to more than a float holds; give "
+                         "costs in ns")
+    return Program(len(sizes), sizes, out_records, ops, names, meta, where)
+
+
+def _check_events(events, allocs, where):
+    if not isinstance(events, list) or not all(is_int(e) for e in events):
+        raise TraceError(f"{where}: allocs must be a list of integers, got {show(events)}")
+    n, freed = 0, set()
+    for e in events:
+        if e > MAX_BYTES:
+            raise TraceError(f"{where}: allocs allocates {e} bytes, more than 2**62")
+        if e >= 0:
+            n += 1
+        elif ~e >= n or ~e in freed:
+            raise TraceError(f"{where}: allocs frees allocation {~e}, which is not live")
+        else:
+            freed.add(~e)
+    held = set()
+    for a in allocs:
+        if a is None:
+            raise TraceError(f"{where}: an output has no 'alloc': with 'allocs', each new "
+                             "output names the allocation that holds it")
+        if a == -1:        # a view: no memory of its own
+            continue
+        if not is_int(a) or not 0 <= a < n or a in freed:
+            raise TraceError(f"{where}: an output's alloc {show(a)} is not an allocation "
+                             "live at the kernel's end")
+        if a in held:
+            raise TraceError(f"{where}: two outputs name alloc {a}; each new output has an "
+                             "allocation of its own")
+        held.add(a)
