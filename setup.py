@@ -34,8 +34,8 @@ def extension(name, uses_numpy=False):
 
 extensions = [
     extension("coop._core"),
-    extension("coop._engine"),
-    extension("coop._executor", uses_numpy=True),
+    extension("coop.engine._engine"),
+    extension("coop._executor"),
     extension("coop.trace._replay"),
     extension("coop.backends._host", uses_numpy=True),
     extension("coop.backends._cupy_pool"),

@@ -29,7 +29,8 @@ from coop.backends.host import numpy_allocator
 from coop.backends.sim import SimBackend
 from coop.budget import parse_budget
 from coop.errors import CoopError, OutOfMemoryError, Thrash, TraceError
-from coop.kernel import DEVICES, DeviceSpec, Kernel, apply, get_runtime, kernel
+from coop.engine.cost import DEVICES, DeviceSpec
+from coop.kernel import Kernel, apply, get_runtime, kernel
 from coop.runtime import POLICY_TABLE, Runtime
 from coop.tensor import Tensor
 

@@ -1,39 +1,34 @@
 # distutils: language = c++
 """Executors of the residency engine for live runs: arrays (NumPy, CuPy) and sizes only.
 
-The engine (coop._engine) decides what is resident; an executor says what running an op,
+The engine (coop.engine) decides what is resident; an executor says what running an op,
 dropping a storage's memory and copying one mean. ``ArrayExecutor`` runs kernels on the
-backend's arrays and adopts their outputs (compiled: it runs around every kernel);
-``SimExecutor`` sizes outputs with the kernels' shape rules (the simulation backend), and
-recomputes at C speed (coop.trace._replay.SizeExecutor).
+backend's arrays and adopts their outputs (compiled: it runs around every kernel); what differs
+between the host and a device is the backend's (coop.backends.base.Backend). ``SimExecutor``
+sizes outputs with the kernels' shape rules (the simulation backend), and recomputes at C speed
+(coop.engine.SizeExecutor).
+
+Layers: this module is the runtime's face, beside coop.runtime (its one user): it runs kernels
+(coop.kernel's specs, coop.random's streams on the first random kernel), which the engine below
+must not know. It cimports coop._core and coop.engine._engine and imports coop.engine,
+coop.arrays and coop.errors; it reaches a backend only through the methods coop.backends.base
+declares. Nothing below imports it.
 """
 from cpython.ref cimport Py_REFCNT
-from libc.math cimport INFINITY
-from libc.string cimport memmove
 from libc.stdint cimport int64_t
+from libcpp.vector cimport vector
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from coop._core cimport Arena
-from coop._engine cimport Engine, Executor
-
-cimport numpy as cnp
+from coop.engine._engine cimport Engine, Executor
 
 import numpy
 
-from coop._core import EXPENSIVE, LOWEST
-from coop.trace._replay import SizeExecutor
+from coop._core import LOWEST
 from coop.arrays import build_view, memory_of
+from coop.engine import SizeExecutor
 from coop.errors import OutOfMemoryError
 from coop.kernel import is_spec, spec_nbytes, specs_of
-
-cnp.import_array()
-
-
-cdef inline size_t _data_ptr(o, bint host):
-    """Address of an array's first byte (NumPy: from the C struct; CuPy: its pointer)."""
-    if host:
-        return <size_t>cnp.PyArray_DATA(<cnp.ndarray>o)
-    return o.data.ptr
 
 
 def gather(runtime, kernel, tuple inputs):
@@ -130,7 +125,6 @@ cdef class ArrayExecutor(Executor):
     cdef public object xp
     cdef object ndarray
     cdef object _placing
-    cdef bint host                # NumPy: the memory's owner is the array (else CuPy's mem)
     cdef public list arrays       # storage id -> its memory array while resident, else None
     cdef public list records      # op id -> OpRecord (a dead op's entry waits to be reused)
     cdef list moved_out           # memory arrays of storages just moved: they die in moved()
@@ -141,17 +135,14 @@ cdef class ArrayExecutor(Executor):
         self.xp = backend.xp
         self.ndarray = backend.xp.ndarray
         self._placing = backend.placing
-        self.host = backend.xp is numpy
-        self.logs_allocations = self.host
+        self.logs_allocations = backend.logs_allocations
         self.arrays = []
         self.records = []
         self.moved_out = []
-        # memory moves inside the arena: numpy.copyto on the host; on a device, a
-        # device-to-device copy on the current stream (backends that can adopt a piece)
-        self.can_move = self.host or hasattr(backend, "adopt_at")
-        # a window compacted in place (memmove semantics) on the host only: a device's
-        # overlapping copy is not done here, so the CuPy executor refuses slides
-        self.can_slide = self.host
+        # memory moves inside the arena where the backend can copy onto a given piece, and a
+        # window is compacted in place where it can slide bytes down (the host)
+        self.can_move = backend.can_move
+        self.can_slide = backend.can_slide
 
     def constant(self, runtime, data, dtype):
         """A constant holding a copy of data, placed first fit from the low end: (its view,
@@ -164,12 +155,13 @@ cdef class ArrayExecutor(Executor):
         sid = self.engine.constant(root.nbytes, self.backend.offset_of(root))
         return self.views(runtime, [(array, root, None)], [sid])[0], root.nbytes
 
-    def mutate(self, int o, OpRecord rec, int placement):
+    def mutate(self, int o, OpRecord rec):
         """An in-place op's first run (after Engine.prepare_inplace): the kernel mutates its
         input's storage itself. Returns the elapsed ns; a failure aborts the op."""
+        cdef Engine engine = self.engine
         cdef View v
         try:
-            _, elapsed = self.call(rec, [self.array(v) for v in rec.inputs], placement)
+            _, elapsed = self.call(rec, [self.array(v) for v in rec.inputs], engine.c_placement(o))
         except BaseException:
             self.engine.fail_inplace(o)    # the kernel may have written part of its input
             raise
@@ -268,14 +260,15 @@ cdef class ArrayExecutor(Executor):
             placed.append((o, root, offset))
         return placed
 
-    def first_run(self, runtime, int o, OpRecord rec, int placement, bint timed):
-        """An op's first run after Engine.begin: run the kernel, adopt its outputs, hand
+    def first_run(self, runtime, int o, OpRecord rec, bint timed):
+        """A (pure) op's first run after Engine.begin: run the kernel, adopt its outputs, hand
         them to the engine (Engine.finish_call: aliases, new storages) at the op's cost (the
         elapsed time, or runtime._cost), and return (their views, the cost). A failure
         before the engine has the outputs aborts the op."""
         cdef Engine engine = self.engine
         cdef Arena arena = engine.arena
         cdef list arrays = self.arrays
+        cdef int placement = engine.c_placement(o)
         cdef View v
         cdef list ins
         try:
@@ -287,16 +280,16 @@ cdef class ArrayExecutor(Executor):
                     outs, elapsed = self.call(rec, ins, placement)
                     break
                 except OutOfMemoryError as err:
-                    # the kernel holds its inputs while it runs: a pure one may be aborted and
-                    # run again once its arrays are gone (Engine.c_retry)
-                    if rec.kernel.inplace is not None or not engine.may_retry:
+                    # the kernel holds its inputs while it runs: the engine's rule (c_retry)
+                    # may abort it and run it again once its arrays are gone
+                    if not engine.c_may_retry():
                         raise
                     request = err.request
                 ins = None                # the arrays go, so that the inputs can move
                 if arena.logging:         # only the last attempt's allocations are the kernel's
                     arena.take_log()
                     arena.start_log()
-                engine.retry(o, request)
+                engine.c_retry(o, request)
             del ins
             placed = self.adopt(outs, placement, [v.sid for v in rec.inputs])
             rec.outputs = [(x.shape, x.dtype) for x in outs]
@@ -325,35 +318,49 @@ cdef class ArrayExecutor(Executor):
                 views.append(_view(runtime, sid, o.shape, o.dtype, o.strides, 0, True))
             else:
                 views.append(_view(runtime, sid, o.shape, o.dtype, o.strides,
-                                   _data_ptr(o, self.host) - _data_ptr(memory, self.host), False))
+                                   self.backend.address_of(o) - self.backend.address_of(memory),
+                                   False))
         return views
 
     # ---- the engine's side --------------------------------------------------------------------
 
     cpdef int run(self, int o) except -1:
         """Recompute op o: run its kernel again; its live evicted outputs take the results."""
-        engine = self.engine
-        rec = self.records[o]
-        arrays = self.arrays
+        cdef Engine engine = self.engine
+        cdef OpRecord rec = self.records[o]
+        cdef list arrays = self.arrays
+        cdef vector[int] inputs = engine.c_inputs(o)
+        cdef vector[int] index, missing
+        cdef int placement = engine.c_placement(o)
+        cdef size_t j
+        cdef int k, sid
+        cdef View view
         ins = []
-        for sid, view in zip(engine.inputs(o), rec.inputs):
+        for j in range(inputs.size()):
             # an old value made by an in-place op has its storage's layout: natural stays true
-            ins.append(arrays[sid] if view.natural else build_view(self.xp, arrays[sid], view))
-        placement = engine.placement(o)
+            view = rec.inputs[j]
+            ins.append(arrays[inputs[j]] if view.natural
+                       else build_view(self.xp, arrays[inputs[j]], view))
         i = rec.kernel.inplace
-        outs, _ = self.call(rec, ins, placement, None if i is None else arrays[engine.inputs(o)[i]])
+        outs, _ = self.call(rec, ins, placement, None if i is None else arrays[inputs[i]])
         del ins
-        missing = engine.evicted_outputs(o)
-        if not missing:
+        engine.c_evicted_outputs(o, index, missing)
+        if missing.empty():
             return 0
-        for (k, sid), (_, root, offset) in zip(missing, self.adopt([outs[k] for k, _ in missing],
-                                                                   placement)):
+        picked = []
+        for j in range(index.size()):
+            picked.append(outs[index[j]])
+        placed = self.adopt(picked, placement)
+        for j in range(missing.size()):
+            k = index[j]
+            sid = missing[j]
+            _, root, offset = placed[j]
             shape, dtype = rec.outputs[k]
             if outs[k].shape != shape or outs[k].dtype != dtype:
                 raise RuntimeError(f"kernel {rec.kernel.name!r} returned {outs[k].shape} "
                                    f"{outs[k].dtype} on recompute, {shape} {dtype} the first time")
             memory = memory_of(root)
-            engine.bind(sid, offset)
+            engine.c_bind(sid, offset)
             if sid >= len(arrays):      # an old value made by an in-place op, resident at last
                 arrays.extend([None] * (sid + 1 - len(arrays)))
             arrays[sid] = memory
@@ -361,48 +368,34 @@ cdef class ArrayExecutor(Executor):
 
     cpdef bint drop(self, int sid) except -1:
         """Free an evicted storage's memory, unless something else holds its array (a user's
-        view of it, or a borrowed array kept past its block)."""
+        view of it, or a borrowed array kept past its block, or its memory object: the
+        backend's memory_held)."""
         cdef object memory = self.arrays[sid]
         # expected references: the list's and `memory`; to a flat array's base (the root):
-        # the flat array's and `base`; to CuPy's memory object: the pointer's and `mem`
+        # the flat array's and `base`
         if Py_REFCNT(memory) > 2:
             return False
         cdef object base = memory.base
         if base is not None and Py_REFCNT(base) > 2:
             return False
-        if not self.host:
-            mem = memory.data.mem
-            if Py_REFCNT(mem) > 2:
-                return False
-            del mem
-        del base, memory
+        del base
+        if self.backend.memory_held(memory):
+            return False
+        del memory
         self.arrays[sid] = None
         return True
 
     cpdef bint relocate(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
-        """Move sid's bytes to the piece at dst (taken already): a new memory array there,
-        a copy from the old one (numpy.copyto; on a device, a device-to-device copy on the
-        current stream), which dies in moved() (freeing src). Refused (False) when something
-        else holds the memory (as drop) or it is not C-contiguous."""
+        """Move sid's bytes to the piece at dst (taken already): a new memory array there
+        holding a copy (the backend's copy_to), while the old one dies in moved() (freeing
+        src). Refused (False) when something else holds the memory (as drop), it is not
+        C-contiguous, or the backend could not put the copy there."""
         cdef object memory = self._movable(sid)
-        if memory is None:
+        if memory is None or self.backend.memory_held(memory):
             return False
-        backend = self.backend
-        if not self.host:
-            mem = memory.data.mem
-            if Py_REFCNT(mem) > 2:
-                return False
-            del mem
-            pointer = backend.adopt_at(dst, memory.nbytes)
-            moved = self.xp.ndarray(memory.shape, memory.dtype, pointer)
-            moved.data.copy_from_device_async(memory.data, memory.nbytes)
-            self.arrays[sid] = moved
-            self.moved_out.append(memory)
-            return True
-        moved = self._host_array_at(memory, dst)
-        if backend.offset_of(moved) != dst:
-            return False          # NumPy allocated nothing (or elsewhere): the copy stays out
-        numpy.copyto(moved, memory, casting="no")
+        moved = self.backend.copy_to(memory, dst)
+        if moved is None:
+            return False          # nothing was allocated at dst: the copy stays out
         self.arrays[sid] = moved
         self.moved_out.append(memory)
         return True
@@ -425,39 +418,13 @@ cdef class ArrayExecutor(Executor):
             return None
         return memory
 
-    cdef object _host_array_at(self, object memory, Py_ssize_t dst):
-        """A new C-ordered host array like memory, placed at offset dst (a free piece) unless
-        NumPy allocates nothing (an empty array): the caller checks where it landed."""
-        backend = self.backend
-        with self._placing(EXPENSIVE):
-            backend.place_next_at(dst)
-            try:
-                return numpy.empty_like(memory, order="C")
-            finally:
-                backend.place_next_at(-1)
-
     cpdef bint slide(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
-        """Host only: move sid's bytes down from offset src to dst (overlapping: memmove) under
-        a new memory array at dst; the old array dies at once, freeing nothing (the arena slides
-        the piece). Refused (False) as relocate refuses, or off the host."""
-        if not self.host:
+        """Move sid's bytes down from offset src to dst in place (the backend's slide: the
+        arena slides the piece, the old array frees nothing). Refused (False) as relocate
+        refuses, or where the backend cannot slide."""
+        if self._movable(sid) is None:
             return False
-        cdef object memory = self._movable(sid)
-        if memory is None:
-            return False
-        backend = self.backend
-        moved = self._host_array_at(memory, dst)
-        cdef size_t start = backend.base
-        if _data_ptr(moved, True) != start + <size_t>dst:
-            return False          # NumPy allocated nothing (or elsewhere): the copy stays out
-        memmove(<void*>(start + <size_t>dst), <const void*>(start + <size_t>src), memory.nbytes)
-        backend.skip_next_free(src)
-        self.arrays[sid] = moved
-        del memory                # its last reference: the old array dies, freeing nothing
-        if backend.skipping_free():
-            backend.skip_next_free(-1)
-            raise RuntimeError(f"storage {sid}'s old memory outlived its slide")
-        return True
+        return self.backend.slide(self.arrays, sid, src, dst)
 
     cpdef int forget(self, int sid) except -1:
         if sid < len(self.arrays):
@@ -470,7 +437,7 @@ cdef class ArrayExecutor(Executor):
         arrays = self.arrays
         with self.backend.placing(placement):
             moved = self.xp.array(arrays[src], copy=True)    # C-contiguous, as the source
-        self.engine.bind(dst, self.backend.offset_of(moved))
+        self.engine.c_bind(dst, self.backend.offset_of(moved))
         if dst >= len(arrays):
             arrays.extend([None] * (dst + 1 - len(arrays)))
         arrays[dst] = moved
@@ -493,7 +460,7 @@ class SimExecutor(SizeExecutor):
         nbytes = spec_nbytes((shape, dtype))
         return View(runtime, self.engine.constant(nbytes, -1), shape, dtype, None, 0), nbytes
 
-    def first_run(self, runtime, int o, OpRecord rec, int placement, bint timed):
+    def first_run(self, runtime, int o, OpRecord rec, bint timed):
         """An op's first run after Engine.begin: the kernel's shape rule sizes the outputs,
         the cost model prices the op, the engine places them. Returns (views, cost)."""
         kernel = rec.kernel
@@ -513,7 +480,7 @@ class SimExecutor(SizeExecutor):
         return [View(runtime, sid, tuple(spec[0]), numpy.dtype(spec[1]), None, 0)
                 for sid, spec in zip(sids, specs)], cost
 
-    def mutate(self, o, rec, placement):
+    def mutate(self, o, rec):
         return 0      # nothing runs: the op's cost is modelled
 
     def record(self, o, rec):

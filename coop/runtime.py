@@ -1,5 +1,5 @@
 """The runtime: coop's Python face. It runs kernels on coop Tensors through the residency
-engine (coop._engine), which decides what is resident, evicts and recomputes.
+engine (coop.engine), which decides what is resident, evicts and recomputes.
 
 A Runtime is an engine plus an executor for its backend: arrays on the host or a CuPy device
 (coop._executor.ArrayExecutor), sizes only on the simulation backend (SimExecutor). Per op,
@@ -14,23 +14,24 @@ import warnings
 import numpy
 
 from coop._core import CHEAP, EXPENSIVE, LOG_MOVE, log_records
-from coop._engine import Engine
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
-from coop.kernel import (DEVICES, DeviceSpec, Kernel, active_runtimes, as_kernel, call_error,
-                         device_spec, spec_nbytes, specs_of)
-from coop.policies import POLICIES, get_policy
+from coop.backends.base import Backend
+from coop.engine import Engine
+from coop.engine.cost import DEVICES, DeviceSpec, device_spec
+from coop.engine.policies import POLICIES, get_policy
+from coop.kernel import Kernel, active_runtimes, as_kernel, call_error, spec_nbytes, specs_of
 from coop.tensor import Tensor
 
-#: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place);
-#: kept for callers of earlier versions: coop.policies.POLICIES holds the records
+#: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place): the
+#: records of coop.engine.policies.POLICIES as tuples
 POLICY_TABLE = {name: (p.core, p.partition, p.inplace) for name, p in POLICIES.items()}
 
 class Runtime:
     """The tape and its execution under one backend's budget.
 
-    policy: a name of coop.policies.POLICIES. cost: "timing" measures each op's first run
-    (host ns on NumPy, CUDA events on CuPy); a DeviceSpec or a name in coop.kernel.DEVICES
+    policy: a name of coop.engine.policies.POLICIES. cost: "timing" measures each op's first run
+    (host ns on NumPy, CUDA events on CuPy); a DeviceSpec or a name in coop.engine.cost.DEVICES
     models every op by its FLOPs and bytes. None: timing on NumPy, the device's own spec
     (by its name; a warning and a100-80gb's when unknown) on CuPy, a100-80gb in simulation.
     classifier: "type" (the kernel's
@@ -43,8 +44,8 @@ class Runtime:
         record = get_policy(policy)
         if classifier not in ("type", "density"):
             raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
-        arena = getattr(backend, "arena", None)
-        if arena is None or not hasattr(backend, "placing"):
+        arena = backend.arena if isinstance(backend, Backend) else None
+        if arena is None:
             raise TypeError(f"a coop.Runtime needs a coop backend (coop.numpy_allocator, "
                             f"coop.allocator, coop.SimBackend), got {type(backend).__name__}")
         timer = None
@@ -52,8 +53,7 @@ class Runtime:
             if backend.xp is None:
                 raise ValueError("cost='timing' needs kernels to time; the simulation backend "
                                  "has none: give a device name or a coop.DeviceSpec")
-            if backend.xp is not numpy:
-                timer = backend.event_timer()
+            timer = backend.event_timer()   # None on the host: host timers
             cost = None
         elif cost is None and backend.xp is not numpy:
             cost = _default_cost(backend)
@@ -74,8 +74,7 @@ class Runtime:
                                  "tensors; make one backend per runtime")
             previous.close()
         # a device backend's executor gets it bound to the current device, held weakly
-        bound = backend.bound() if hasattr(backend, "bound") else backend
-        executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(bound)
+        executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(backend.bound())
         try:
             engine = Engine(arena, record.name, executor, 0.0, _copy_cost(backend, cost))
         except BaseException:
@@ -94,7 +93,6 @@ class Runtime:
         self._lock = threading.RLock()
         self._pending = collections.deque()
         self.policy = record.name
-        self._partition = record.partition
         self.cost_model = cost
         self.classifier = classifier
         self.density_threshold = density_threshold
@@ -243,8 +241,7 @@ class Runtime:
         if trace is not None:
             self.arena.start_log()
         try:
-            out_views, cost = self._executor.first_run(
-                self, o, rec, placement if self._partition else EXPENSIVE, self._timed)
+            out_views, cost = self._executor.first_run(self, o, rec, self._timed)
         except BaseException:
             if trace is not None:   # the engine made the inputs resident, the kernel allocated
                 log = self.arena.take_log()
@@ -271,7 +268,7 @@ class Runtime:
             self.arena.start_log()
         try:
             # the first run mutates S itself; only a recompute reads the old value
-            elapsed = executor.mutate(o, rec, placement if self._partition else EXPENSIVE)
+            elapsed = executor.mutate(o, rec)
         except BaseException:
             if trace is not None:   # S became a constant holding what the kernel left
                 log = self.arena.take_log()
@@ -429,7 +426,7 @@ def _default_cost(backend):
     unknown device gets a100-80gb's with a warning."""
     if backend.xp is None:
         return DEVICES["a100-80gb"]
-    name = backend.device_name() if hasattr(backend, "device_name") else None
+    name = backend.device_name()
     spec = device_spec(name) if name else None
     if spec is None:
         warnings.warn(f"coop: no cost model for device {name!r} (known: {', '.join(DEVICES)}); "

@@ -1,7 +1,7 @@
 """What users hold: Tensor, a handle on a View (coop._executor) of one storage of the
 residency engine.
 
-The engine (coop._engine) owns storages and ops by integer id: residency, pins, records and
+The engine (coop.engine) owns storages and ops by integer id: residency, pins, records and
 their lifetime. A Tensor counts as one user of its storage; when the last one goes, the
 engine releases the storage (its memory is freed; the record stays while an op needs it to
 recompute another). Nothing here refers back to a Tensor, so reference counting frees a

@@ -12,7 +12,7 @@ from tqdm import tqdm  # noqa: E402
 
 import coop  # noqa: E402
 from coop import optim  # noqa: E402
-from coop.policies import POLICIES  # noqa: E402
+from coop.engine.policies import POLICIES  # noqa: E402
 from coop.budget import Budget, host_memory_bytes  # noqa: E402
 
 MB = 1 << 20

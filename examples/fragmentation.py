@@ -46,7 +46,7 @@ from tqdm import tqdm  # noqa: E402
 
 import coop  # noqa: E402
 from coop.budget import Budget  # noqa: E402
-from coop.policies import get_policy  # noqa: E402
+from coop.engine.policies import get_policy  # noqa: E402
 
 MB = 1 << 20
 FREE, CHEAP_USED, EXPENSIVE_USED, ANONYMOUS = range(4)

@@ -9,8 +9,7 @@ import coop
 import coop.trace.replay as R
 from coop import ops
 from coop._core import CHEAP, EXPENSIVE, LOG_MOVE
-from coop._engine import Engine
-from coop.trace._replay import SizeExecutor
+from coop.engine import Engine, SizeExecutor
 
 KIB = 1024
 

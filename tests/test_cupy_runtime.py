@@ -11,7 +11,7 @@ cupy = pytest.importorskip("cupy")
 
 import coop  # noqa: E402
 from coop.backends import cupy as backend  # noqa: E402
-from coop.kernel import device_spec  # noqa: E402
+from coop.engine.cost import device_spec  # noqa: E402
 from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
 
 MAKE = coop.Kernel(lambda xp: xp.empty(1000, dtype=xp.uint8), name="make")

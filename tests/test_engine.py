@@ -1,5 +1,5 @@
-"""The residency engine (coop._engine), tested directly: sizes only, with the engine placing
-memory (coop.trace._replay.SizeExecutor), exact counters, and the arena's check() after every step.
+"""The residency engine (coop.engine), tested directly: sizes only, with the engine placing
+memory (coop.engine.SizeExecutor), exact counters, and the arena's check() after every step.
 The executors are tested against it elsewhere: the array executor by the runtime's tests,
 the sizes executor by tests/test_replay.py (replays equal to recorded runs)."""
 import math
@@ -8,9 +8,8 @@ import pytest
 
 import coop
 from coop._core import CHEAP, EXPENSIVE
-from coop._engine import Engine
+from coop.engine import Engine, SizeExecutor
 from coop.errors import Thrash
-from coop.trace._replay import SizeExecutor
 
 KIB = 1024
 

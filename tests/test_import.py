@@ -17,15 +17,14 @@ import coop
 
 #: coop modules `import coop` may load: the core API (arena, runtime, kernels, the autograd
 #: tape and Tensor's methods, host and simulation backends, budgets, errors) and what the
-#: runtime is built on (the engine, its policies, the array executor, the sizes-only executor's
-#: module coop.trace._replay, the backends' base class)
+#: runtime is built on (the engine: its Cython half, policies and cost models; the array
+#: executor; the backends' base class)
 CORE_MODULES = frozenset({
     "coop", "coop._core", "coop.backends._host", "coop.arrays", "coop.autograd",
     "coop.autograd.tape", "coop.autograd.methods", "coop.backends",
     "coop.backends.host", "coop.backends.sim", "coop.budget", "coop.errors", "coop.kernel",
-    "coop.runtime", "coop.tensor",
-    "coop._engine", "coop.policies", "coop._executor", "coop.trace", "coop.trace._replay",
-    "coop.backends.base",
+    "coop.runtime", "coop.tensor", "coop.engine", "coop.engine._engine", "coop.engine.policies",
+    "coop.engine.cost", "coop._executor", "coop.backends.base",
 })
 #: `import coop` loads fewer coop modules than this (21 of CORE_MODULES today); it loaded 41
 #: when all nine models, nn, ops and optim came with it

@@ -7,8 +7,7 @@ import pytest
 import coop
 import coop.trace.replay as R
 from coop._core import CHEAP
-from coop._engine import Engine
-from coop.trace._replay import SizeExecutor
+from coop.engine import Engine, SizeExecutor
 from coop.models.unrolled import unrolled_gan_trace
 
 from _graphs import ADDC, MUL, TANH, evict

@@ -4,7 +4,8 @@ import pytest
 
 import coop
 from coop import CHEAP, EXPENSIVE
-from coop.kernel import DEVICES, EXPENSIVE_OPS, DeviceSpec, Kernel
+from coop.engine.cost import DEVICES, DeviceSpec
+from coop.kernel import EXPENSIVE_OPS, Kernel
 
 
 def _add(a, b):

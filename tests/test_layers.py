@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = Path(coop.__file__).resolve().parent
 #: Cython modules outside every layer's package, and the layer each belongs to
 CYTHON_LAYER = {"coop._core": "coop._core", "coop._executor": "coop.runtime",
-                "coop._random": "coop.random", "coop._engine": "coop.trace"}
+                "coop._random": "coop.random"}
 IMPORT = re.compile(r"^\s*(?:from\s+(coop(?:\.\w+)*)\s+c?import\b|c?import\s+(coop(?:\.\w+)*))",
                     re.M)
 
@@ -67,8 +67,6 @@ def _upward(module, source, layers):
     return wrong
 
 
-@pytest.mark.xfail(strict=True, reason="coop._engine imports coop.kernel's DEVICES until the "
-                   "cost models move below the engine")
 def test_the_cython_modules_import_only_downward():
     layers = _layers()
     sources = sorted(PACKAGE.rglob("*.pyx"))

@@ -8,9 +8,8 @@ from _gradcheck import train_deep_mlp
 import coop
 import coop.trace.replay as R
 from coop._core import CHEAP, EXPENSIVE
-from coop._engine import Engine
-from coop.trace._replay import SizeExecutor
-from coop.kernel import DEVICES
+from coop.engine import Engine, SizeExecutor
+from coop.engine.cost import DEVICES
 from coop.models import paper
 
 KIB = 1024

@@ -1,10 +1,10 @@
-"""coop.policies: one frozen record per runtime policy."""
+"""coop.engine.policies: one frozen record per runtime policy."""
 import dataclasses
 
 import pytest
 
 from coop._core import POLICIES as CORE_POLICIES
-from coop.policies import POLICIES, Policy, get_policy
+from coop.engine.policies import POLICIES, Policy, get_policy
 
 #: name -> (core policy, partition, inplace, ideal, move): the runtime's table, spelled out
 #: (DTR's baselines and coop-no-inplace mutate by DTR's rule: inplace off)

@@ -76,7 +76,7 @@ def test_timing_on_the_device_measures_kernels_with_cuda_events():
 
 @pytest.mark.cuda
 def test_the_default_cost_model_is_the_devices_own():
-    from coop.kernel import device_spec
+    from coop.engine.cost import device_spec
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     spec = device_spec(name)
     if spec is None:

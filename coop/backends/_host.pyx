@@ -28,7 +28,7 @@ from cpython.pycapsule cimport PyCapsule_SetContext
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport uint8_t, uintptr_t
 from libc.stdlib cimport free as libc_free
-from libc.string cimport memcpy, memset, strncpy
+from libc.string cimport memcpy, memmove, memset, strncpy
 
 cimport numpy as cnp
 
@@ -183,20 +183,75 @@ cdef class HostBackend:
         ctx.placement = placement
         return ctx
 
-    def place_next_at(self, Py_ssize_t offset):
-        """The next allocation through the handler returns the used, anonymous piece at
-        offset, already taken in the arena (a move's destination: the array allocated gets
-        it, and frees it when it dies); -1 cancels."""
-        self.next_at = offset
+    # ---- what the runtime and the array executor ask (coop.backends.base.Backend) ------------
 
-    def skip_next_free(self, Py_ssize_t offset):
-        """The next free through the handler of memory at offset frees no piece (a slid
-        storage's old array: its piece moved down under a new array); -1 cancels.
-        skipping_free() says whether it is still pending."""
-        self.skip_free = offset
+    @property
+    def logs_allocations(self):
+        """True: a recorded trace keeps the kernels' own allocations (docs/trace-format.md)."""
+        return True
 
-    def skipping_free(self):
-        return self.skip_free >= 0
+    @property
+    def can_move(self):
+        return True
+
+    @property
+    def can_slide(self):
+        return True
+
+    def bound(self):
+        return self
+
+    def device_name(self):
+        return None
+
+    def event_timer(self):
+        """None: kernels on the host are timed with host timers."""
+        return None
+
+    def address_of(self, cnp.ndarray array):
+        return <uintptr_t>cnp.PyArray_DATA(array)
+
+    def memory_held(self, array):
+        """False: a NumPy array is its memory's only owner (its bases are counted apart)."""
+        return False
+
+    def copy_to(self, cnp.ndarray array, Py_ssize_t offset):
+        """A C-ordered copy of array on the used, anonymous piece at offset (a move's
+        destination), or None when NumPy allocated nothing there (an empty array)."""
+        cdef cnp.ndarray moved = self._array_on(array, offset)
+        if self.offset_of(moved) != offset:
+            return None
+        numpy.copyto(moved, array, casting="no")
+        return moved
+
+    def slide(self, list arrays, Py_ssize_t index, Py_ssize_t src, Py_ssize_t dst):
+        """Move arrays[index]'s bytes down from offset src to dst (memmove: the ranges may
+        overlap) under a new array at dst, which replaces it; the old array dies here and its
+        free frees nothing (the arena slides the piece). False when NumPy allocated nothing at
+        dst (the old array stays). The caller must hold no other reference to the old array."""
+        memory = arrays[index]
+        cdef cnp.ndarray moved = self._array_on(memory, dst)
+        if <char*>cnp.PyArray_DATA(moved) != self.buf + dst:
+            return False          # NumPy allocated nothing (or elsewhere): the copy stays out
+        memmove(self.buf + dst, self.buf + src, memory.nbytes)
+        self.skip_free = src
+        arrays[index] = moved
+        del memory                # its last reference: the old array dies, freeing nothing
+        if self.skip_free >= 0:
+            self.skip_free = -1
+            raise RuntimeError(f"the array at offset {src} outlived its slide: something else "
+                               "holds it")
+        return True
+
+    cdef cnp.ndarray _array_on(self, memory, Py_ssize_t offset):
+        """A new C-ordered array like memory, on the used, anonymous piece at offset unless
+        NumPy allocates nothing (an empty array): the caller checks where it landed."""
+        with self.placing(EXPENSIVE):
+            self.next_at = offset
+            try:
+                return numpy.empty_like(memory, order="C")
+            finally:
+                self.next_at = -1
 
     def array_at(self, Py_ssize_t offset, Py_ssize_t nbytes):
         """A flat uint8 array over nbytes of the buffer at offset (it keeps the backend alive,

@@ -13,10 +13,11 @@ arena it is attached to). The runtime needs of a backend:
   to the arena with that placement class (EXPENSIVE, CHEAP or LOWEST), restored on every exit;
 - ``install()`` / ``uninstall()``, and ``with backend:`` for the same with EXPENSIVE placement.
 
-A device backend may also offer (the runtime asks with hasattr): ``bound()``, the backend as
-the runtime's executor should hold it (CuPy: bound to the current device, the pool held weakly,
-so the arena's owner and the backend make no reference cycle); ``device_name()``, for the
-default cost model; ``event_timer()``, what cost="timing" measures kernels with.
+The runtime and the array executor (coop._executor) also ask what differs between the host and
+a device; each has a default here, for a backend of sizes only or one that cannot move memory:
+``bound()``, ``device_name()``, ``event_timer()``, ``logs_allocations``, ``address_of(array)``,
+``memory_held(array)``, ``can_move`` with ``copy_to(array, offset)``, and ``can_slide`` with
+``slide(arrays, index, src, dst)``. Nothing asks a backend with hasattr.
 """
 import abc
 
@@ -24,6 +25,7 @@ import abc
 class Backend(abc.ABC):
     """What every coop backend provides (HostBackend, a Cython class, is registered as one)."""
 
+    __slots__ = ()       # a slotted subclass (CuPy's bound pool) stays slotted
     arena = None
     xp = None
 
@@ -50,6 +52,52 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def uninstall(self):
         """Undo the matching install()."""
+
+    # ---- what the runtime and the array executor ask beyond memory --------------------------
+
+    #: a recorded trace keeps the kernels' own allocations (the host's: docs/trace-format.md)
+    logs_allocations = False
+    #: copy_to can put a copy on a given piece: coop's window may move storages
+    can_move = False
+    #: slide can move bytes down in place: a window may be compacted
+    can_slide = False
+
+    def bound(self):
+        """The backend as a runtime's executor holds it (CuPy: bound to the current device, the
+        pool held weakly, so the arena's owner and the backend make no reference cycle)."""
+        return self
+
+    def device_name(self):
+        """The device's name, for the default cost model (e.g. 'NVIDIA H100 80GB HBM3'); None
+        when there is none to ask."""
+        return None
+
+    def event_timer(self):
+        """What cost="timing" measures kernels with when host timers cannot (a device runs them
+        asynchronously): an object with ``kernel(k)`` and ``elapsed_ns()``; None: host timers."""
+        return None
+
+    def address_of(self, array):
+        """The address of array's first element (a view's offset in its storage is the
+        difference of two)."""
+        raise NotImplementedError(f"{type(self).__name__} has no arrays")
+
+    def memory_held(self, array):
+        """Whether something besides array holds the memory object behind it (CuPy: another
+        pointer to its UnownedMemory): then its memory may be neither dropped nor moved."""
+        return False
+
+    def copy_to(self, array, offset):
+        """A new C-ordered array on the used, anonymous piece at offset (taken already: a
+        move) holding a copy of array's bytes; None where it cannot be put there."""
+        return None
+
+    def slide(self, arrays, index, src, dst):
+        """Move the bytes of arrays[index] (at offset src) down to offset dst in place, the
+        ranges may overlap, under a new array at dst that replaces it in arrays; the old array
+        dies here, freeing nothing (the arena slides the piece). False where this cannot be
+        done (the old array stays)."""
+        return False
 
     def __enter__(self):
         self.install()

@@ -28,6 +28,7 @@ driver: the pool neither reserves memory nor reads the current device or stream 
 import contextlib
 import gc
 import os
+import sys
 import threading
 import weakref
 
@@ -492,10 +493,14 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                 home.memory = None  # cudaFree, unless base= (then it is already None)
 
 
-class _BoundPool:
+class _BoundPool(Backend):
     """A CoopMemoryPool as one runtime's executor sees it: one device (the runtime's), the pool
     held weakly. Used with another device current, it raises instead of mixing arenas."""
     __slots__ = ("_pool", "device_id", "xp", "alignment", "__weakref__")
+
+    #: a move is a device-to-device copy onto the destination piece (copy_to); a window is
+    #: never compacted in place: an overlapping device copy is not done here
+    can_move = True
 
     def __init__(self, pool, device_id):
         self._pool = weakref.ref(pool)
@@ -535,10 +540,23 @@ class _BoundPool:
         self._check(pool)
         return pool.placing(placement)
 
-    def adopt_at(self, offset, nbytes):
+    def address_of(self, array):
+        return array.data.ptr
+
+    def memory_held(self, array):
+        """Whether another pointer than array's own holds its UnownedMemory (a user's view
+        made from its pointer): expected are the pointer's reference and getrefcount's."""
+        return sys.getrefcount(array.data.mem) > 2
+
+    def copy_to(self, array, offset):
+        """A device-to-device copy of array on the current stream, on the used, anonymous
+        piece at offset (taken already by the arena: coop's window moving a storage there)."""
         pool = self._live()
         self._check(pool)
-        return pool._adopt_on(self.device_id, offset, nbytes)
+        pointer = pool._adopt_on(self.device_id, offset, array.nbytes)
+        moved = cupy.ndarray(array.shape, array.dtype, pointer)
+        moved.data.copy_from_device_async(array.data, array.nbytes)
+        return moved
 
     def install(self):
         pool = self._live()

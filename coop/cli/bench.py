@@ -30,9 +30,9 @@ from tqdm import tqdm
 
 from coop.cli.claims import MARKS, summarize
 from coop.cli.report import plot_all, tables
+from coop.engine.policies import POLICIES
 from coop.errors import UsageError
 from coop.models.paper import PAPER_MODELS, record_trace
-from coop.policies import POLICIES
 from coop.trace import replay as R
 
 DEFAULT_POLICIES = ("coop", "dtr", "dte", "lru", "dtr-ideal", "coop-no-move",

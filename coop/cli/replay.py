@@ -18,7 +18,7 @@ import sys
 from coop.budget import Budget
 from coop.trace import replay as R
 from coop.errors import UsageError
-from coop.policies import POLICIES
+from coop.engine.policies import POLICIES
 from coop.trace import valid_alignment
 
 #: exit status when a policy did not complete (ran out of memory or thrashed)

@@ -9,7 +9,7 @@ old values: the program that makes in-place rules matter. The trace is generated
 (the loop's shape is all that matters); op costs come from a roofline DeviceSpec, in
 nanoseconds, and the trace names it (``cost_model``), as recorded traces do.
 """
-from coop.kernel import DEVICES
+from coop.engine.cost import DEVICES
 from coop.trace import TraceWriter
 
 __all__ = ["unrolled_gan_trace"]

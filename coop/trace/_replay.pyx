@@ -1,10 +1,9 @@
 # distutils: language = c++
-"""Trace replay and the sizes-only executor: a compiled program (coop.trace) driven through
-the residency engine (coop._engine) on the real arena core, at C speed.
+"""Trace replay: a compiled program (coop.trace) driven through the residency engine
+(coop.engine) on the real arena core, at C speed, by the engine's sizes-only executor.
 
 The engine is the one the runtime uses, so a trace recorded from a run replays with the
-evictions and recomputes the run made (tests/test_replay.py). ``SizeExecutor`` is also what
-the runtime uses on the simulation backend. Semantics: docs/trace-format.md.
+evictions and recomputes the run made (tests/test_replay.py). Semantics: docs/trace-format.md.
 
 Layer: coop.trace; cimports the engine and the core, imports coop.errors; nothing above.
 """
@@ -13,7 +12,7 @@ from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
 
 from coop._core cimport Arena
-from coop._engine cimport Engine, Executor
+from coop.engine._engine cimport Engine, SizeExecutor
 from coop.errors import OutOfMemoryError
 
 
@@ -174,53 +173,6 @@ def _check_program(n_values, sizes, records, ops, names):
             bad(f"op {t}: each new output needs an allocation of its own, live at the end")
 
 
-cdef class SizeExecutor(Executor):
-    """Sizes only: running an op again places its evicted outputs; dropping frees pieces."""
-
-    def __cinit__(self, *args, **kwargs):
-        self.can_move = True       # no bytes to copy: a move is the arena's bookkeeping
-        self.can_slide = True
-
-    cpdef bint relocate(self, int s, Py_ssize_t src, Py_ssize_t dst) except -1:
-        return True
-
-    cpdef bint slide(self, int s, Py_ssize_t src, Py_ssize_t dst) except -1:
-        return True
-
-    cpdef int run(self, int o) except -1:
-        cdef Engine e = self.engine
-        cdef vector[int] placed
-        cdef int s
-        for s in e.op_out[o]:
-            if s >= 0 and e.alive[s] and e.producer[s] == o and e.offset[s] < 0:
-                # pinned until all are placed, as a kernel's outputs are while it runs
-                e._place(s, e.placement_of[o])
-                e._pin1(s)
-                placed.push_back(s)
-        for s in placed:
-            e.arena.c_pin(e.slot[s], -1)
-            e.pins[s] -= 1
-        return 0
-
-    cpdef bint drop(self, int s) except -1:
-        cdef Engine e = self.engine
-        e.arena.c_free(e.offset[s])
-        return True
-
-    cpdef int forget(self, int s) except -1:
-        cdef Engine e = self.engine
-        if e.offset[s] >= 0:
-            e.arena.c_free(e.offset[s])
-        return 0
-
-    cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1:
-        cdef Engine e = self.engine
-        e._place(dst, placement)
-        if release >= 0:
-            e.arena.c_free(release)
-        return 0
-
-
 cdef class _ReplayExecutor(SizeExecutor):
     """SizeExecutor plus host traces' kernel allocation histories (docs/trace-format.md)."""
     cdef Program prog
@@ -229,34 +181,33 @@ cdef class _ReplayExecutor(SizeExecutor):
     cpdef int run(self, int o) except -1:
         cdef Engine e = self.engine
         cdef Program p = self.prog
-        cdef int t = e.tag[o]
+        cdef int t = e.c_tag(o)
         if not p.has_events[t]:
             return SizeExecutor.run(self, o)
-        cdef int placement = e.placement_of[o]
-        cdef int k, s, a
+        cdef int placement = e.c_placement(o)
+        cdef int m
+        cdef size_t k, j = 0
         cdef vector[Py_ssize_t] fresh
+        cdef vector[int] inputs, index, missing
         cdef bint mutate = p.mut_ptr[t + 1] > p.mut_ptr[t]
         # a host kernel: an in-place op first copies the old value(s) into fresh memory
         if mutate:
-            for k in range(p.mut_ptr[t], p.mut_ptr[t + 1]):
-                s = e.op_in[o][p.muts[k]]
-                fresh.push_back(e.c_allocate(e.size[s], placement))
+            inputs = e.c_inputs(o)
+            for m in range(p.mut_ptr[t], p.mut_ptr[t + 1]):
+                fresh.push_back(e.c_allocate(e.c_size(inputs[p.muts[m]]), placement))
         self._run_events(t, placement)
+        e.c_evicted_outputs(o, index, missing)
         if mutate:
-            for k in range(<int>e.op_out[o].size()):
-                s = e.op_out[o][k]
-                if s >= 0 and e.alive[s] and e.producer[s] == o and e.offset[s] < 0:
-                    e.c_bind(s, fresh[k])
+            # output k is mutated input k's new value: it takes fresh copy k if it has no memory
+            for k in range(fresh.size()):
+                if j < index.size() and <size_t>index[j] == k:
+                    e.c_bind(missing[j], fresh[k])
+                    j += 1
                 else:
                     e.arena.c_free(fresh[k])
         else:
-            for k in range(p.out_ptr[t], p.out_ptr[t + 1]):
-                s = e.op_out[o][k - p.out_ptr[t]]
-                a = p.out_alloc[k]
-                if s < 0:
-                    continue
-                if e.alive[s] and e.offset[s] < 0:
-                    e.c_bind(s, self._take(a))
+            for j in range(missing.size()):
+                e.c_bind(missing[j], self._take(p.out_alloc[p.out_ptr[t] + index[j]]))
         self._free_leftovers()
         return 0
 
@@ -340,8 +291,7 @@ cdef class Replayer:
             elif kind == R_RELEASE:
                 if self.held[arg]:
                     self.held[arg] = 0
-                    e.users[self.sid_of[arg]] = 0
-                    e.c_release(self.sid_of[arg])
+                    e.c_unref(self.sid_of[arg])
             elif kind == R_ACCESS:
                 e.c_access(self.sid_of[arg])
             else:
@@ -356,13 +306,13 @@ cdef class Replayer:
         for v in range(self.prog.n_values):
             if self.held[v]:
                 s = self.sid_of[v]
-                e._pin1(s)
-                e._make_resident1(s)
+                e.c_pin(s)
+                e.c_make_resident(s)
 
     def resident_values(self):
         cdef Engine e = self.engine
         return [v for v in range(self.prog.n_values)
-                if self.held[v] and e.offset[self.sid_of[v]] >= 0]
+                if self.held[v] and e.c_resident(self.sid_of[v])]
 
     def storage_of(self, int v):
         """The engine's storage id of program value v (-1 before it is defined)."""
@@ -379,7 +329,7 @@ cdef class Replayer:
             raise ValueError(f"value {v} is defined twice")
         self.sid_of[v] = s
         self.held[v] = 1
-        self.engine.users[s] = 1
+        self.engine.c_retain(s)
         return 0
 
     cdef int _apply(self, int t, bint mutate) except -1:
@@ -397,7 +347,7 @@ cdef class Replayer:
                 raise ValueError(f"record {self.records}: value {p.outs[k]} is defined twice")
         self.last_op = t
         o = e.c_begin(inputs, p.cls[t], t)
-        e.cost[o] = p.cost[t]
+        e.c_set_cost(o, p.cost[t])
         if mutate:
             for k in range(p.mut_ptr[t], p.mut_ptr[t + 1]):
                 mutated.push_back(p.muts[k])
@@ -444,7 +394,7 @@ cdef class Replayer:
         cdef Engine e = self.engine
         while True:
             try:
-                self.executor._run_events(t, e.placement_of[o])
+                self.executor._run_events(t, e.c_placement(o))
                 return 0
             except OutOfMemoryError as err:
                 self.executor._free_leftovers()
@@ -454,7 +404,7 @@ cdef class Replayer:
     cdef int _kernel_events(self, int o, int t) except -1:
         """The allocations and frees of a kernel that leaves no output; what it leaves
         allocated is freed after it."""
-        self.executor._run_events(t, self.engine.placement_of[o])
+        self.executor._run_events(t, self.engine.c_placement(o))
         self.executor._free_leftovers()
         return 0
 

@@ -12,9 +12,9 @@ import time
 
 from coop._core import Arena
 from coop.budget import parse_budget
+from coop.engine.cost import DEVICES
+from coop.engine.policies import POLICIES, get_policy
 from coop.errors import OutOfMemoryError, Thrash, TraceError
-from coop.kernel import DEVICES
-from coop.policies import POLICIES, get_policy
 from coop.trace._replay import Program, Replayer
 from coop.trace.compile import load
 from coop.trace.records import MAX_BYTES, valid_alignment
@@ -101,7 +101,7 @@ def peak(trace, alignment=None):
 def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash=THRASH,
            peak_bytes=None, check=False):
     """Replay trace (a path or Program) under a budget (bytes: an int or "6GiB") or a ratio of
-    its unlimited peak, with one of coop.policies.POLICIES.
+    its unlimited peak, with one of coop.engine.policies.POLICIES.
 
     Returns a dict: status ("ok", "oom" or "thrash": stopped once the compute overhead passed
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,

@@ -24,8 +24,8 @@ import tempfile
 from importlib import resources
 
 from coop._core import EXPENSIVE, LOG_MOVE, Arena, log_records
+from coop.engine.policies import get_policy
 from coop.errors import OutOfMemoryError, Thrash
-from coop.policies import get_policy
 from coop.trace._replay import Replayer
 
 __all__ = ["KINDS", "MARKS", "Timeline", "collect", "recording", "render", "write"]

@@ -1,0 +1,177 @@
+# The residency engine's C API: what the trace replayer and the executors cimport.
+#
+# The Engine is one object built from layers, each a cdef class in its own .pxi file that uses
+# only the layers below it: _Clock (clock and counters) < _Records (storage and op tables,
+# memory, record lifetime) < _Room (moves, making room, the retry of a failed first run) <
+# _Residency (pins, rematerialization, demotion, materialize) < _FirstRun (a first run's
+# records) < _InPlace (recomputable in-place) < Engine (construction, the Python API).
+# Executors (SizeExecutor here, coop._replay's and coop._executor's) use the methods under
+# "executors' API" and read no table directly.
+from libc.stdint cimport int64_t, uint64_t
+from libcpp.vector cimport vector
+
+from coop._core cimport Arena, Evictor
+
+
+cdef class Executor:
+    """What the engine asks of the world: run an op again, drop or forget a storage's memory,
+    copy one storage's bytes into new memory, move one. Sizes-only executors (coop._replay)
+    and the array executor (coop._executor) are Cython subclasses."""
+    cdef public Engine engine      # set by Engine.__init__
+    cdef public bint can_move      # relocate moves memory: coop's window may move storages
+    cdef public bint can_slide     # slide moves memory in place: making room may compact a window
+    cpdef int run(self, int op) except -1
+    cpdef bint drop(self, int storage) except -1
+    cpdef int forget(self, int storage) except -1
+    cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1
+    cpdef bint relocate(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
+    cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
+    cpdef int moved(self) except -1
+
+
+cdef class SizeExecutor(Executor):
+    pass
+
+
+cdef class _Clock(Evictor):
+    # the clock itself is Evictor.now: the core reads it for staleness
+    cdef double thrash_cost            # raise Thrash once the cost executed passes it (0: never)
+    cdef readonly double cost_total, cost_first
+    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, held_count
+    cdef readonly long long constants_placed   # new constants copied down to the lowest fit
+    cdef readonly int64_t const_bytes, bound_bytes
+    cdef readonly long long copies     # old values copied by in-place ops (any rule)
+    cdef readonly long long room_made  # times coop made room for a kernel by moving its inputs
+    cdef readonly long long compactions   # ... of them by compacting one window (c_compact)
+    cdef int _charge_run(self, double c, bint recompute) except -1
+    cdef void _charge_copy(self, double c) noexcept
+
+
+cdef class _Records(_Clock):
+    cdef readonly Arena arena
+    cdef readonly Executor executor
+    cdef public object release_hook    # None, or called with a storage id when users reach 0
+    # per storage (ids are reused once a storage's record dies)
+    cdef vector[int64_t] size          # bytes
+    cdef vector[int] slot              # arena slot, -1 when not registered
+    cdef vector[Py_ssize_t] offset     # resident at, -1 when not
+    cdef vector[int] producer          # op, -1 for a constant
+    cdef vector[int] index             # output index in its producer
+    cdef vector[int] users             # the program's references (Tensors; 1 in a replay)
+    cdef vector[unsigned char] alive   # its record lives
+    cdef vector[unsigned char] held    # memory held outside (a user's array): never evicted
+    cdef vector[int] readers           # live ops that read it
+    cdef vector[int] pins              # the engine's pins
+    cdef vector[vector[uint64_t]] consumers   # ops that read it, as (generation << 32 | op)
+    cdef vector[int] needs             # scratch of _rematerialize: pending frames reading it
+    cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency
+    cdef vector[int] free_sids         # dead storage ids, reused first
+    cdef Py_ssize_t n_alive            # live storage records
+    # per op (ids are reused once a record dies; generation tells reuses apart)
+    cdef vector[vector[int]] op_in     # current inputs (in-place redirects them)
+    cdef vector[vector[int]] op_out    # outputs: a storage, or -1 (an alias, or dead)
+    cdef vector[int] live_out          # live output storages; 0: the record is dead
+    cdef vector[double] cost
+    cdef vector[unsigned char] placement_of   # placement class of its outputs
+    cdef vector[int] tag               # the caller's id for it (a program's op index)
+    cdef vector[unsigned int] generation
+    cdef vector[int] free_ops
+    cdef vector[int] work              # scratch of _collect
+    # executors' API (unchecked: ids come from the engine)
+    cdef Py_ssize_t c_offset(self, int s) noexcept
+    cdef int64_t c_size(self, int s) noexcept
+    cdef int c_placement(self, int o) noexcept
+    cdef int c_tag(self, int o) noexcept
+    cdef vector[int] c_inputs(self, int o) noexcept
+    cdef int c_n_outputs(self, int o) noexcept
+    cdef int c_evicted_output(self, int o, int k) noexcept
+    cdef int c_evicted_outputs(self, int o, vector[int]& index, vector[int]& storages) except -1
+    cdef int c_place(self, int s, int placement) except -1
+    cdef Py_ssize_t c_allocate(self, int64_t nbytes, int placement) except -2
+    cdef int c_bind(self, int s, Py_ssize_t off) except -1
+    cdef int c_set_cost(self, int o, double cost) except -1
+    cdef int c_retain(self, int s) except -1
+    cdef int c_unref(self, int s) except -1
+    cdef int c_release(self, int s) except -1
+    # storages and ops
+    cdef int _new_sid(self) except -1
+    cdef int _new_storage(self, int64_t size, int o, int index, double cost,
+                          vector[int]& neighbours, bint evictable) except -1
+    cdef int _register(self, int s, double cost, vector[int]& neighbours, bint evictable) except -1
+    cdef int _drop(self, int s) except -1
+    cdef int _new_op(self) except -1
+    cdef int _kill_op(self, int o) except -1
+    # lifetime
+    cdef int _die(self, int s) except -1
+    cdef void _recycle(self, int s) noexcept
+    cdef void _link(self, int o) noexcept
+    cdef void _live_consumers(self, int s, vector[int]& out) noexcept
+    cdef int _lose_output(self, int o) except -1
+    cdef int _collect(self) except -1
+    # the Python API's checks
+    cdef int _storage(self, int s) except -1
+    cdef int _op(self, int o) except -1
+
+
+cdef class _Room(_Records):
+    cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
+    cdef int retries_left              # reruns left to the running first run (c_retry)
+    cdef bint c_may_retry(self) noexcept
+    cdef bint c_retry(self, int o, size_t request) except -1
+    cdef bint c_make_room(self, int o, vector[size_t]& need) except -1
+    cdef int _make_room(self, int o) except -1
+    cdef int _moved_to(self, int s, size_t dst) except -1
+    cdef int _release(self, vector[Py_ssize_t]& taken, bint logging) except -1
+
+
+cdef class _Residency(_Room):
+    cdef void c_pin(self, int s) noexcept
+    cdef int c_unpin(self, int s, bint release) except -1
+    cdef int c_make_resident(self, int s) except -1
+    cdef bint c_resident(self, int s) noexcept
+    cdef int c_access(self, int s) except -1
+    cdef int c_materialize(self, int s, bint settle) except -1
+    cdef int _make_resident(self, vector[int]& targets) except -1
+    cdef int _rematerialize(self, int target, vector[int]& targets) except -1
+    cdef void _push_frame(self, int s, vector[int]& f_storage, vector[int]& f_next,
+                          vector[int]& f_start, vector[int]& f_len, vector[int]& f_inputs,
+                          vector[int]& touched) noexcept
+    cdef void _demote(self, int s) noexcept
+    cdef int _evict_eagerly(self, int s) except -1
+    cdef int _recompute(self, int o) except -1
+    cdef int _account(self, int o, bint recompute) except -1
+    cdef int _reregister(self, int s, double cost, vector[int]& neighbours, bint evictable,
+                         bint settle) except -1
+
+
+cdef class _FirstRun(_Residency):
+    cdef bint partition                # cheap ops' outputs at the high end
+    cdef int cur_op                    # the op whose first run is in progress, or -1
+    cdef vector[int] cur_uniq          # its unique inputs, pinned
+    cdef vector[int] cur_placed        # its new outputs, pinned until finish
+    cdef vector[int] cur_created       # in-place: the old value made per mutated input, or -1
+    cdef vector[int] cur_mutated       # in-place: mutated input positions
+    cdef vector[unsigned char] cur_mode   # in-place: per mutated input, OLD_NONE .. OLD_VERSION
+    cdef int c_constant(self, int64_t size, Py_ssize_t off) except -1
+    cdef int c_begin(self, vector[int]& inputs, int placement, int tag) except -1
+    cdef int c_output(self, int o, int64_t nbytes, Py_ssize_t off) except -1
+    cdef int c_first_output(self, int o, int64_t nbytes) except -1
+    cdef int c_alias(self, int o) except -1
+    cdef int c_finish(self, int o) except -1
+    cdef int c_abort(self, int o) except -1
+    cdef int _finish_common(self, int o) except -1
+    cdef void _bound(self, int o) noexcept
+    cdef int _running(self, int o) except -1
+
+
+cdef class _InPlace(_FirstRun):
+    cdef bint inplace                  # coop's in-place rule (else DTR's: a new version per mutation)
+    cdef readonly double copy_cost     # cost units per byte of copying memory (>= 0)
+    cdef int c_prepare_inplace(self, int o, vector[int]& mutated) except -1
+    cdef int c_finish_inplace(self, int o) except -1
+    cdef int c_fail_inplace(self, int o) except -1
+    cdef void _redirect(self, int s, int w, int skip) noexcept
+
+
+cdef class Engine(_InPlace):
+    cdef readonly object policy        # the coop.engine.policies.Policy record

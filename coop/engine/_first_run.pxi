@@ -1,0 +1,151 @@
+# First runs: included by coop/engine/_engine.pyx, declared in _engine.pxd.
+
+
+cdef class _FirstRun(_Residency):
+    """An op's first run: its inputs pinned and made resident (c_begin), its outputs recorded
+    (c_output, c_first_output, c_alias), then recorded (c_finish) or forgotten (c_abort).
+    Constants are recorded here too (c_constant)."""
+
+    cdef int c_constant(self, int64_t size, Py_ssize_t off) except -1:
+        """A constant of size bytes: at off (an anonymous piece), or placed at the low end."""
+        cdef vector[int] none
+        cdef int s = self._new_storage(size, -1, 0, 0.0, none, False)
+        try:
+            if off >= 0:
+                self.c_bind(s, off)
+            else:
+                self.c_place(s, PLACE_LOWEST)
+        except BaseException:
+            self._die(s)
+            raise
+        self.const_bytes += self.arena.request_size(size)
+        return s
+
+    cdef int c_begin(self, vector[int]& inputs, int placement, int tag) except -1:
+        """A first run starts: the op's inputs are pinned and made resident. Returns the op."""
+        cdef int s
+        if self.cur_op >= 0:
+            raise RuntimeError("coop: an op started while another one was running (a kernel "
+                               "called coop.apply?); kernels must be plain array functions")
+        for s in inputs:
+            if s < 0 or s >= <int>self.alive.size() or not self.alive[s]:
+                raise ValueError(f"input storage {s} does not exist")
+        cdef int o = self._new_op()
+        self.retries_left = 2
+        self.op_in[o] = inputs
+        self.cost[o] = 0.0
+        # partitioning is decided here, once, for the first run and every recompute: without
+        # it every output is placed EXPENSIVE (the low end); LOWEST (constants' copies) stays
+        self.placement_of[o] = placement if self.partition or placement == PLACE_LOWEST \
+            else PLACE_EXPENSIVE
+        self.tag[o] = tag
+        _unique_into(inputs, self.cur_uniq)
+        for s in self.cur_uniq:
+            self.c_pin(s)
+        self.cur_op = o
+        try:
+            self._make_resident(self.cur_uniq)
+        except BaseException:
+            self.c_abort(o)
+            raise
+        return o
+
+    cdef int c_output(self, int o, int64_t nbytes, Py_ssize_t off) except -1:
+        """A new output of the running op o: bound at off, or (off < 0) placed now. It stays
+        pinned until c_finish, as a kernel's outputs are while it runs."""
+        cdef int s = self._new_storage(nbytes, o, self.op_out[o].size(), self.cost[o],
+                                       self.op_in[o], True)
+        self.op_out[o].push_back(s)
+        self.live_out[o] += 1
+        self.cur_placed.push_back(s)
+        try:
+            if off >= 0:
+                self.c_bind(s, off)
+            else:
+                self.c_place(s, self.placement_of[o])
+        except BaseException:
+            # a failed output leaves no trace: the op may still abort, or run again
+            self.op_out[o].pop_back()
+            self.live_out[o] -= 1
+            self.cur_placed.pop_back()
+            self._die(s)
+            raise
+        self.c_pin(s)
+        return s
+
+    cdef int c_first_output(self, int o, int64_t nbytes) except -1:
+        """c_output placed now, for a kernel that allocates its outputs before any work (a
+        simulated or replayed op): a failed allocation may run the kernel again (c_retry)."""
+        while True:
+            try:
+                return self.c_output(o, nbytes, -1)
+            except OutOfMemoryError as err:
+                if not self.c_retry(o, err.request):
+                    raise
+
+    cdef int c_alias(self, int o) except -1:
+        """An output of o that views one of its inputs (no new memory)."""
+        self.op_out[o].push_back(-1)
+        return 0
+
+    cdef int _finish_common(self, int o) except -1:
+        cdef int s
+        self._account(o, False)
+        self.cur_op = -1
+        for s in self.cur_uniq:
+            self.c_unpin(s, True)
+        self.cur_uniq.clear()
+        if self.live_out[o] == 0:
+            self._kill_op(o)     # an op of views only leaves no record
+        return 0
+
+    cdef int c_finish(self, int o) except -1:
+        """The running op's outputs are all known: record it, account it, unpin its inputs."""
+        cdef int s
+        for s in self.cur_placed:
+            self.c_unpin(s, False)
+        self.cur_placed.clear()
+        self._bound(o)
+        if self.live_out[o]:
+            self._link(o)
+        return self._finish_common(o)
+
+    cdef int c_abort(self, int o) except -1:
+        """The running op failed: its inputs are unpinned (and released as on success), the
+        outputs registered so far are forgotten, and nothing else changes."""
+        cdef int s
+        for s in self.cur_placed:
+            self.c_unpin(s, False)
+        for s in self.cur_placed:
+            self._die(s)
+        self.cur_placed.clear()
+        for s in self.cur_created:
+            if s >= 0:
+                self._die(s)
+        self.cur_created.clear()
+        self.cur_mode.clear()
+        self.cur_op = -1
+        for s in self.cur_uniq:
+            self.c_unpin(s, True)
+        self.cur_uniq.clear()
+        self._kill_op(o)
+        return 0
+
+    cdef void _bound(self, int o) noexcept:
+        """The lower bound of a budget (docs/design.md), per op: live constants + the op's
+        recomputable inputs and its outputs."""
+        cdef int64_t io = self.const_bytes
+        cdef int s
+        for s in self.cur_uniq:
+            if self.producer[s] >= 0:
+                io += self.arena.request_size(self.size[s])
+        for s in self.op_out[o]:
+            if s >= 0:
+                io += self.arena.request_size(self.size[s])
+        if io > self.bound_bytes:
+            self.bound_bytes = io
+
+    cdef inline int _running(self, int o) except -1:
+        if o < 0 or o != self.cur_op:
+            raise ValueError(f"op {o} is not the op running now ({self.cur_op})")
+        return o

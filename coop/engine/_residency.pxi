@@ -1,0 +1,203 @@
+# Residency: included by coop/engine/_engine.pyx, declared in _engine.pxd.
+
+
+cdef class _Residency(_Room):
+    """Pins, iterative rematerialization (no recursion limit), demotion of what was recomputed
+    only as a dependency, eager eviction of released storages, and materialize (a storage
+    becomes a constant)."""
+
+    cdef void c_pin(self, int s) noexcept:
+        """Pin s: the policy may not evict it (it may still move) until c_unpin."""
+        self.arena.c_pin(self.slot[s], 1)
+        self.pins[s] += 1
+
+    cdef int c_unpin(self, int s, bint release) except -1:
+        """Unpin s; with release, a storage the program no longer holds loses its memory
+        (released while pinned, or recomputed as a dependency)."""
+        self.arena.c_pin(self.slot[s], -1)
+        self.pins[s] -= 1
+        if release and self.pins[s] == 0 and not self.users[s] and self.producer[s] >= 0 \
+                and self.offset[s] >= 0:
+            self._evict_eagerly(s)
+        return 0
+
+    cdef int _evict_eagerly(self, int s) except -1:
+        if self.offset[s] >= 0 and self.pins[s] == 0 and not self.held[s] \
+                and self.arena.c_evictable(self.slot[s]):
+            self._drop(s)
+            if self.offset[s] < 0:
+                self.eager_evictions += 1
+        return 0
+
+    cdef int c_make_resident(self, int s) except -1:
+        """Recompute s if it is evicted (pin it first)."""
+        cdef vector[int] one
+        one.push_back(s)
+        return self._make_resident(one)
+
+    cdef inline bint c_resident(self, int s) noexcept:
+        return self.offset[s] >= 0
+
+    cdef int _make_resident(self, vector[int]& targets) except -1:
+        cdef int target
+        for target in targets:
+            if self.offset[target] < 0:
+                self._rematerialize(target, targets)
+        return 0
+
+    cdef int _rematerialize(self, int target, vector[int]& targets) except -1:
+        """Recompute target, iteratively: pin each pending op's inputs as they become
+        resident, unpin them when it has run; a dependency recomputed only for this call is
+        demoted after its last pending reader (first in line to be evicted). An error leaves
+        no dependency pinned."""
+        cdef vector[int] f_storage, f_next, f_start, f_len
+        cdef vector[int] f_inputs       # the frames' unique inputs, concatenated
+        cdef vector[int] touched
+        cdef int top, s, i, dep, k
+        self._push_frame(target, f_storage, f_next, f_start, f_len, f_inputs, touched)
+        try:
+            while not f_storage.empty():
+                top = f_storage.size() - 1
+                s = f_storage[top]
+                i = f_next[top]
+                if i < f_len[top]:
+                    dep = f_inputs[f_start[top] + i]
+                    if self.offset[dep] < 0:
+                        if self.producer[dep] < 0:
+                            raise RuntimeError(f"storage {dep} was lost: it has no producer")
+                        self._push_frame(dep, f_storage, f_next, f_start, f_len, f_inputs,
+                                         touched)
+                        self.temp[dep] = 1
+                        continue
+                    self.c_pin(dep)
+                    f_next[top] = i + 1
+                    continue
+                if self.offset[s] < 0:
+                    self._recompute(self.producer[s])
+                    if self.offset[s] < 0:
+                        raise RuntimeError(f"recomputing op {self.producer[s]} did not produce "
+                                           f"storage {s}")
+                for k in range(f_start[top], f_start[top] + f_len[top]):
+                    self.c_unpin(f_inputs[k], True)
+                for k in range(f_start[top], f_start[top] + f_len[top]):
+                    dep = f_inputs[k]
+                    self.needs[dep] -= 1
+                    if self.needs[dep] == 0 and self.temp[dep] and not _contains(targets, dep):
+                        self._demote(dep)
+                f_inputs.resize(f_start[top])
+                f_storage.pop_back()
+                f_next.pop_back()
+                f_start.pop_back()
+                f_len.pop_back()
+        except BaseException:
+            # unpin what the pending frames pinned, without evicting: the traceback may still
+            # refer to the failed kernel's arrays
+            for top in range(<int>f_storage.size()):
+                for k in range(f_start[top], f_start[top] + f_next[top]):
+                    self.c_unpin(f_inputs[k], False)
+            raise
+        finally:
+            for s in touched:
+                self.needs[s] = 0
+                self.temp[s] = 0
+        return 0
+
+    cdef void _push_frame(self, int s, vector[int]& f_storage, vector[int]& f_next,
+                          vector[int]& f_start, vector[int]& f_len, vector[int]& f_inputs,
+                          vector[int]& touched) noexcept:
+        cdef vector[int] uniq
+        _unique_into(self.op_in[self.producer[s]], uniq)
+        f_storage.push_back(s)
+        f_next.push_back(0)
+        f_start.push_back(f_inputs.size())
+        f_len.push_back(uniq.size())
+        cdef int dep
+        for dep in uniq:
+            f_inputs.push_back(dep)
+            self.needs[dep] += 1
+            touched.push_back(dep)
+        touched.push_back(s)
+
+    cdef void _demote(self, int s) noexcept:
+        """Keep s, but as if untouched since the start: the first victim unless read again."""
+        if self.offset[s] >= 0:
+            self.arena.c_touch(self.slot[s], 0.0)
+            self.demotions += 1
+
+    cdef int _recompute(self, int o) except -1:
+        """Run o again (the executor gives its live evicted outputs memory)."""
+        if self.move_rate < INFINITY:
+            self._make_room(o)
+        self.executor.run(o)
+        self.recomputes += 1
+        self._account(o, True)
+        return 0
+
+    cdef int _account(self, int o, bint recompute) except -1:
+        """o ran (again, with recompute): its cost is charged and the clock advances; its
+        resident inputs and outputs are touched now."""
+        cdef int s
+        self._charge_run(self.cost[o], recompute)
+        for s in self.op_in[o]:
+            if self.offset[s] >= 0:
+                self.arena.c_touch(self.slot[s], self.now)
+        for s in self.op_out[o]:
+            if s >= 0 and self.alive[s] and self.offset[s] >= 0:
+                self.arena.c_touch(self.slot[s], self.now)
+        return 0
+
+    cdef int c_access(self, int s) except -1:
+        """The program reads s: it is made resident and touched now."""
+        self.c_pin(s)
+        try:
+            self.c_make_resident(s)
+            self.arena.c_touch(self.slot[s], self.now)
+        finally:
+            self.c_unpin(s, True)
+        return 0
+
+    cdef int c_materialize(self, int s, bint settle) except -1:
+        """s becomes a constant (resident, unevictable, no producer); its producer's record may
+        die, and what only it kept alive. settle: s is made resident first if evicted, and
+        then settles at the low end; else only a resident s changes, and stays where it is (an
+        evicted one keeps its record, to be recomputed)."""
+        cdef int o = self.producer[s]
+        cdef vector[int] none
+        if o < 0 or (not settle and self.offset[s] < 0):
+            return 0
+        self.c_pin(s)
+        try:
+            self.c_make_resident(s)
+        finally:
+            self.c_unpin(s, True)
+        # the producer's record goes first (what it alone kept alive is freed), then s settles
+        self.op_out[o][self.index[s]] = -1
+        self.producer[s] = -1
+        self.index[s] = 0
+        self.work.clear()
+        self._lose_output(o)
+        self._collect()
+        self._reregister(s, 0.0, none, False, settle)
+        self.const_bytes += self.arena.request_size(self.size[s])
+        return 0
+
+    cdef int _reregister(self, int s, double cost, vector[int]& neighbours, bint evictable,
+                         bint settle) except -1:
+        """Register resident s anew (a new producer, or none: a constant), keeping its memory
+        and pins; settling a new constant, move it (a copy) to the lowest free range that holds
+        it when that lies below (never evicting for it)."""
+        cdef Py_ssize_t off = self.offset[s], lowest = -1
+        cdef int pins = self.arena.c_pins(self.slot[s])
+        self.arena.c_remove_storage(self.slot[s])
+        self.slot[s] = -1
+        self.offset[s] = -1
+        self._register(s, cost, neighbours, evictable)
+        if settle:
+            lowest = self.arena.c_lowest_fit(self.arena.request_size(self.size[s]))
+        if 0 <= lowest < off:
+            self.executor.copy(s, s, PLACE_LOWEST, off)
+            self.constants_placed += 1
+        else:
+            self.c_bind(s, off)
+        self.arena.c_pin(self.slot[s], pins)
+        return 0
