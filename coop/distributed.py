@@ -93,6 +93,7 @@ class MPICommunicator:
         return self.comm.allreduce(float(value), op=self._mpi.SUM) / self.size
 
     def barrier(self):
+        """Wait until every rank reaches this call."""
         self.comm.Barrier()
 
 
@@ -310,10 +311,12 @@ class DataParallel:
 
     @property
     def rank(self):
+        """This process's rank."""
         return self.comm.rank
 
     @property
     def size(self):
+        """How many ranks train together."""
         return self.comm.size
 
     def sync_gradients(self):
@@ -335,5 +338,6 @@ class DataParallel:
         return self.comm.mean(value) if self.comm.size > 1 else float(value)
 
     def stats(self):
+        """This rank's communication figures: syncs, buckets, bytes reduced, seconds, checks."""
         return dict(rank=self.rank, size=self.size, syncs=self.syncs, buckets=self.buckets,
                     bytes=self.bytes, comm_seconds=self.seconds, checks=self.checks)

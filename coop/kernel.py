@@ -68,6 +68,27 @@ class Kernel:
         return f"<coop.Kernel {self.name}>"
 
 
+def call_error(kernel, inputs, attrs, error):
+    """The TypeError to raise for `error`, raised by running kernel on inputs and attrs: one
+    that names the kernel and its signature when the call does not fit it, else error."""
+    try:
+        signature = inspect.signature(kernel.fn)
+    except (TypeError, ValueError):
+        return error
+    given = dict(attrs)
+    if kernel.wants_xp:
+        given["xp"] = None
+    if kernel.random:
+        given["rng"] = None
+    try:
+        signature.bind(*inputs, **given)
+    except TypeError as bad:
+        named = ", ".join(attrs)
+        return TypeError(f"kernel {kernel.name!r}{signature} called with {len(inputs)} "
+                         f"input(s){' and ' + named if named else ''}: {bad}")
+    return error
+
+
 def kernel(fn=None, **options):
     """Decorator form: ``@coop.kernel`` or ``@coop.kernel(name=..., cls=..., random=True)``.
 

@@ -3,8 +3,13 @@
 That is the runtime's recomputable in-place path: a parameter keeps its storage (no copy per
 step), and any recorded reader of the old value keeps a recomputable version. Optimizer state
 (momentum buffers, Adam's moments) are runtime constants like the parameters: never evicted.
-The update formulas are PyTorch's (torch.optim.SGD and AdamW), elementwise in one kernel each.
+The update formulas are PyTorch's (torch.optim.SGD and AdamW), elementwise in one kernel each;
+``clip_grad_norm`` and ``warmup_cosine`` are PyTorch's gradient clipping and a warmup + cosine
+learning-rate schedule, so training runs converge from any seed.
 """
+import math
+
+from coop import ops
 from coop.kernel import Kernel
 from coop.nn.module import make_buffer
 from coop.ops._common import elementwise_flops
@@ -27,6 +32,10 @@ def _momentum(buf, g, p, momentum, weight_decay):
     buf += _decayed(g, p, weight_decay)
 
 
+def _scale(g, factor):
+    g *= factor
+
+
 def _ema(m, g, beta):
     m *= beta
     m += (1.0 - beta) * g
@@ -47,6 +56,7 @@ def _adamw(p, m, v, xp, lr, weight_decay, eps, correction1, correction2):
 SGD_STEP = Kernel(_sgd_decayed, name="sgd_", inplace=0, flops=elementwise_flops(3))
 MOMENTUM = Kernel(_momentum, name="momentum_", inplace=0, flops=elementwise_flops(4))
 APPLY = Kernel(_sgd, name="sgd_apply_", inplace=0, flops=elementwise_flops(2))
+SCALE = Kernel(_scale, name="scale_", inplace=0, flops=elementwise_flops(1))
 EMA = Kernel(_ema, name="ema_", inplace=0, flops=elementwise_flops(3))
 EMA_SQUARE = Kernel(_ema_square, name="ema_square_", inplace=0, flops=elementwise_flops(4))
 ADAMW = Kernel(_adamw, name="adamw_", inplace=0, flops=elementwise_flops(8))
@@ -123,3 +133,36 @@ class AdamW(Optimizer):
         apply(EMA_SQUARE, self.v[i], g, beta=b2)
         apply(ADAMW, p, self.m[i], self.v[i], lr=self.lr, weight_decay=self.weight_decay,
               eps=self.eps, correction1=1.0 - b1 ** t, correction2=1.0 - b2 ** t)
+
+
+def clip_grad_norm(params, max_norm):
+    """Scale the gradients of params in place so that their global L2 norm is at most max_norm
+    (torch.nn.utils.clip_grad_norm_); returns the norm before clipping, a float.
+
+    The norm is computed by coop ops and the scaling is an in-place kernel, so both run under
+    the runtime's budget like any other op."""
+    if not max_norm > 0:
+        raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm!r}")
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    squares = [ops.sum(ops.mul(g, g)) for g in grads]
+    total = math.sqrt(float((ops.add_n(*squares) if len(squares) > 1 else squares[0]).numpy()))
+    if total > max_norm:
+        factor = max_norm / (total + 1e-6)
+        for g in grads:
+            g.runtime.apply(SCALE, g, factor=factor)
+    return total
+
+
+def warmup_cosine(step, lr, warmup, total, final_ratio=0.1):
+    """The learning rate at 0-based `step`: a linear warmup from lr / warmup to lr over
+    `warmup` steps, then a cosine decay to final_ratio * lr at step total - 1."""
+    if not 0 <= warmup < total:
+        raise ValueError(f"warmup_cosine: need 0 <= warmup < total, got warmup {warmup!r}, "
+                         f"total {total!r}")
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - 1 - warmup)
+    floor = final_ratio * lr
+    return floor + (lr - floor) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))

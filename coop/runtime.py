@@ -20,7 +20,7 @@ from coop.backends.base import Backend
 from coop.engine import Engine
 from coop.engine.cost import DEVICES, DeviceSpec, device_spec
 from coop.engine.policies import POLICIES, get_policy
-from coop.kernel import Kernel, active_runtimes, as_kernel, spec_nbytes, specs_of
+from coop.kernel import Kernel, active_runtimes, as_kernel, call_error, spec_nbytes, specs_of
 from coop.tensor import Tensor
 
 #: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place): the
@@ -211,6 +211,11 @@ class Runtime:
         try:
             with self._lock:
                 return self._apply(kernel, inputs, attrs)
+        except TypeError as error:
+            bad = call_error(as_kernel(kernel), inputs, attrs, error)
+            if bad is error:
+                raise
+            raise bad from None
         finally:
             if self._pending or self._executor.dying:
                 self._release_pending()

@@ -132,18 +132,22 @@ class Tensor:
 
     @property
     def shape(self):
+        """The shape, a tuple of ints."""
         return self._view.shape
 
     @property
     def dtype(self):
+        """The NumPy dtype."""
         return self._view.dtype
 
     @property
     def ndim(self):
+        """The number of dimensions."""
         return len(self._view.shape)
 
     @property
     def size(self):
+        """The number of elements."""
         n = 1
         for d in self._view.shape:
             n *= d
@@ -151,10 +155,12 @@ class Tensor:
 
     @property
     def storage(self):
+        """A StorageRef to the storage this tensor looks at (for inspection)."""
         return StorageRef(self._view.runtime, self._view.sid)
 
     @property
     def runtime(self):
+        """The coop.Runtime that owns this tensor."""
         return self._view.runtime
 
     @contextlib.contextmanager

@@ -11,8 +11,9 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import coop  # noqa: E402
+from coop import optim  # noqa: E402
 from coop.engine.policies import POLICIES  # noqa: E402
-from coop.budget import parse_budget  # noqa: E402
+from coop.budget import Budget, host_memory_bytes  # noqa: E402
 
 MB = 1 << 20
 
@@ -32,31 +33,82 @@ def make_runtime(budget, policy, backend, cost):
     return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost=cost)
 
 
+def usage_error(script, message):
+    """A bad argument: one line on stderr naming it and the fix, then exit status 2."""
+    print(f"{script}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_backend(script, backend):
+    """--backend cupy needs CuPy and a CUDA device: say which is missing."""
+    if backend != "cupy":
+        return
+    try:
+        import cupy
+    except ImportError:
+        usage_error(script, "--backend cupy: CuPy is not installed (pip install "
+                            "cupy-cuda12x); or use --backend numpy")
+    if not cupy.cuda.is_available():
+        usage_error(script, "--backend cupy: there is no CUDA device here "
+                            "(cupy.cuda.is_available() is false); use --backend numpy")
+
+
 def start(script, args, argv):
-    """Fill in the backend and print the command line (the run's first output line)."""
+    """Check the arguments (a bad one: usage_error), fill in the backend and print the command
+    line (the run's first output line)."""
+    check_backend(script, args.backend)
     args.backend = args.backend or default_backend()
+    for option, budget in (("--budget", read_budget), ("--probe-budget", Budget)):
+        try:
+            value = budget(getattr(args, option[2:].replace("-", "_")))
+            if not value.is_share:
+                value.resolve(limit=host_memory_bytes(), limit_name="this host's memory")
+        except (TypeError, ValueError) as e:
+            usage_error(script, f"{option}: {e}")
+    for name in ("steps", "probe_steps"):
+        if getattr(args, name) < 1:
+            usage_error(script, f"--{name.replace('_', '-')} must be at least 1, got "
+                                f"{getattr(args, name)}")
     print("command:", " ".join([script, *(sys.argv[1:] if argv is None else argv)]))
 
 
+def run_main(script, main):
+    """The example's main() as a command: coop's own errors (out of memory, thrash) are one line
+    on stderr and exit status 1."""
+    try:
+        main()
+    except coop.CoopError as e:
+        print(f"{script}: error: {type(e).__name__}: {' '.join(str(e).split())}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def read_budget(text):
+    """The example's --budget: bytes, a size, or a share ("0.5x", "50%") of the unlimited peak."""
+    return Budget(text, of="the unlimited peak (measured by a short probe)")
+
+
 def resolve_budget(args, probe):
-    """(bytes, unlimited peak or None), printed: "0.5x" runs probe() -> the unlimited peak
-    first; anything else is bytes or a size."""
-    text = str(args.budget).strip()
-    if text.lower().endswith("x"):
+    """(bytes, unlimited peak or None), printed: a share ("0.5x", "50%") runs probe() -> the
+    unlimited peak first; a size is bytes. Checked before the probe by main's usage()."""
+    budget = read_budget(args.budget)
+    if budget.is_share:
         peak = probe()
-        budget = max(1, int(float(text[:-1]) * peak))
+        nbytes = budget.resolve(peak, limit=host_memory_bytes(), limit_name="this host's memory")
         print(f"unlimited probe ({args.probe_steps} steps): peak arena use {peak / MB:.2f} MiB "
-              f"-> budget {args.budget} = {budget:,} bytes ({budget / MB:.2f} MiB)")
-        return budget, peak
-    budget = parse_budget(int(text) if text.isdigit() else text)
-    print(f"budget {budget:,} bytes ({budget / MB:.2f} MiB)")
-    return budget, None
+              f"-> budget {args.budget} = {nbytes:,} bytes ({nbytes / MB:.2f} MiB)")
+        return nbytes, peak
+    nbytes = budget.resolve(limit=host_memory_bytes(), limit_name="this host's memory")
+    print(f"budget {nbytes:,} bytes ({nbytes / MB:.2f} MiB)")
+    return nbytes, None
 
 
 def add_run_options(p, budget, steps, budget_example, out):
     """The options every training example takes."""
     p.add_argument("--budget", default=budget,
-                   help=f'bytes, a size ("{budget_example}") or a ratio of the unlimited peak ("0.5x")')
+                   help=f'bytes, a size ("{budget_example}") or a share of the unlimited peak '
+                        '("0.5x", "50%%")')
     p.add_argument("--policy", default="coop",
                    choices=[name for name, p in POLICIES.items() if not p.ideal])
     p.add_argument("--backend", default=None, choices=["numpy", "cupy"],
@@ -111,11 +163,13 @@ def start_distributed(args):
     return comm
 
 
-def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=print, dp=None):
+def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=print, dp=None,
+                 lr_at=None, clip=None):
     """steps optimizer steps on next_batch(rng) -> (inputs, targets); returns the runtime,
     model, losses, arena bytes used after each forward and the running peak. With dp (a
     coop.distributed.DataParallel), gradients are averaged over the ranks after backward and
-    the losses are the ranks' mean (local_losses: this rank's)."""
+    the losses are the ranks' mean (local_losses: this rank's). lr_at(step): the learning
+    rate of each step; clip: the largest global gradient norm (coop.optim.clip_grad_norm)."""
     rng = np.random.default_rng(args.seed)
     losses, local_losses, used, peaks = [], [], [], []
     bar = tqdm(range(steps), desc=f"train {args.policy}", disable=not progress, leave=False)
@@ -128,6 +182,10 @@ def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=pri
         del loss   # not needed (backward releases the graph); frees the value at once
         if dp is not None:
             dp.sync_gradients()
+        if clip:
+            optim.clip_grad_norm(opt.params, clip)
+        if lr_at is not None:
+            opt.lr = lr_at(step)
         opt.step()
         opt.zero_grad()
         if dp is not None and getattr(args, "check_identical", False):

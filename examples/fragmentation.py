@@ -23,12 +23,12 @@ recomputed (recursively, its inputs first) into a new piece with `storage=sid`.
 
 The same program runs under `dtr` (every tensor at the low end of its free range, as the
 paper's baseline) and `coop` (window eviction, cheap tensors at the high end) with the same
-budget, a fraction `--ratio` of the unlimited run's peak. It prints evictions, recomputes,
+budget, `--budget`: a share of the unlimited run's peak ("0.5", "0.5x", "50%") or a size. It prints evictions, recomputes,
 compute overhead and fragmentation side by side, and saves a memory map per policy: coop
 frees contiguous runs of cheap tensors, DTR frees scattered ones and must evict more bytes to
 find one range large enough.
 
-Run (after `pip install .`): python examples/fragmentation.py [--ratio 0.4] [--policies ...]
+Run (after `pip install .`): python examples/fragmentation.py [--budget 0.4] [--policies ...]
 """
 import argparse
 import os
@@ -45,6 +45,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import coop  # noqa: E402
+from coop.budget import Budget  # noqa: E402
 from coop.engine.policies import get_policy  # noqa: E402
 
 MB = 1 << 20
@@ -273,7 +274,7 @@ def report_rows(runtime, failed_at, baseline_cost, total_steps):
         ("compute overhead", overhead),
         ("fragmentation rate", f"{s['fragmentation_rate']:.3f}"),
         ("largest free / free at failures", f"{np.mean(ratios):.3f}" if ratios else "-"),
-        ("moves", f"{s['window_moves']}"),
+        ("window moves", f"{s['window_moves']}"),
         ("bytes moved (MiB)", f"{s['bytes_moved'] / MB:.1f}"),
         ("eviction searches", f"{s['searches']}"),
         ("search time (ms)", f"{s['search_time'] * 1e3:.2f}"),
@@ -284,7 +285,9 @@ def report_rows(runtime, failed_at, baseline_cost, total_steps):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ratio", type=float, default=0.5, help="budget / unlimited peak")
+    parser.add_argument("--budget", default="0.5",
+                        help='a share of the unlimited peak ("0.5", "0.5x", "50%%") or a size '
+                             '("64MiB")')
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--unit-mib", type=float, default=8.0, help="largest activation size A")
@@ -296,6 +299,11 @@ def main(argv=None):
     parser.add_argument("--out", default="fragmentation_out", help="directory for the PNGs")
     args = parser.parse_args(argv)
     names = args.policies
+    try:
+        spec = Budget(args.budget, of="the unlimited peak", bare="ratio")
+    except (TypeError, ValueError) as e:
+        print(f"examples/fragmentation.py: error: --budget: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     tensors, steps = build_program(args.layers, args.iterations, int(args.unit_mib * MB),
                                    args.matmul_density, args.seed)
@@ -303,11 +311,12 @@ def main(argv=None):
     unlimited, failed = run(tensors, steps, total, "none", 0, "unlimited")
     if failed is not None:
         raise RuntimeError(f"the unlimited run ran out of memory: {failed[1]}")
-    budget = int(args.ratio * unlimited.peak)
+    budget = spec.resolve(unlimited.peak)
+    ratio = f"{budget / unlimited.peak:.3g}"
     print(f"command: {' '.join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}")
     print(f"program: {len(tensors)} tensors, {len(steps)} steps; unlimited peak "
           f"{unlimited.peak / MB:.1f} MiB, cost {unlimited.executed:.1f}; budget "
-          f"{budget / MB:.1f} MiB (ratio {args.ratio})")
+          f"{budget / MB:.1f} MiB (ratio {ratio})")
 
     os.makedirs(args.out, exist_ok=True)
     columns, saved = {}, []
@@ -316,7 +325,7 @@ def main(argv=None):
         columns[name] = report_rows(runtime, failed_at, unlimited.executed, len(steps))
         path = os.path.join(args.out, f"memory_map_{name}.png")
         verdict = columns[name][0][1]
-        save_memory_map(runtime, path, f"{name} at ratio {args.ratio}: {verdict}, "
+        save_memory_map(runtime, path, f"{name} at ratio {ratio}: {verdict}, "
                         f"{runtime.arena.stats()['evictions']} evictions")
         saved.append(path)
         if failed_at is not None:

@@ -46,7 +46,7 @@ from coop import models, optim  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
 from _common import (MB, add_run_options, make_runtime, plot_run,  # noqa: E402
-                     print_summary, resolve_budget, run_training, start)
+                     print_summary, resolve_budget, run_main, run_training, start)
 
 
 def load_digits(test_fraction, seed):
@@ -143,4 +143,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main("examples/train_cnn.py", main))

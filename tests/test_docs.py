@@ -128,3 +128,74 @@ def test_cli_help_names_only_existing_files(command, tmp_path):
     named = {n for n in re.findall(r"[\w./-]*\w\.md\b", out) if "/" in n or n[:-3].isupper()}
     missing = sorted(n for n in named if not (ROOT / n).is_file())
     assert not missing, f"`coop {command} --help` names {missing}"
+
+
+# ---- the documentation site ------------------------------------------------------------------
+
+def _mkdocs(config, site, env=None):
+    """`mkdocs build --strict` of config into site: the finished process (not with -q: a quiet
+    build counts no warnings, so it never fails strictly)."""
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
+                           str(config), "-d", str(site)], capture_output=True, text=True,
+                          env=env, cwd=site.parent, timeout=300)
+
+
+def test_the_documentation_site_builds_strictly(tmp_path):
+    """docs/ and its API reference (from the docstrings of the coop imported here, the compiled
+    core included) build with warnings as errors: no broken link or anchor, no public name
+    without a docstring."""
+    pytest.importorskip("mkdocstrings")
+    parent = str(Path(coop.__file__).parent.parent)
+    env = dict(os.environ, PYTHONPATH=parent, COOP_DOCS_PATH=parent)
+    done = _mkdocs(ROOT / "mkdocs.yml", tmp_path / "site", env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
+    for name in ("coop.Runtime", "coop.Arena", "coop.budget.Budget", "coop.optim.clip_grad_norm",
+                 "coop.nn.Linear"):
+        assert f'id="{name}"' in api, name
+    assert "allocate_or_evict" in api        # a method of the compiled arena, by inspection
+
+
+def test_a_broken_link_fails_the_strict_build(tmp_path):
+    pytest.importorskip("mkdocs")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\nSee [the missing page](missing.md).\n")
+    (tmp_path / "mkdocs.yml").write_text("site_name: t\ndocs_dir: docs\n")
+    done = _mkdocs(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode != 0 and "missing.md" in done.stdout + done.stderr
+
+
+def test_the_docstring_hook_names_each_undocumented_public_name(monkeypatch):
+    import importlib.util
+    import types
+    spec = importlib.util.spec_from_file_location("docstrings", ROOT / "docs/hooks/docstrings.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    module = types.ModuleType("fake")
+
+    class Base:
+        def run(self):
+            """Documented here, inherited below."""
+
+    class Child(Base):
+        """A class."""
+
+        def run(self):
+            pass
+
+        def bare(self):
+            pass
+
+    def undocumented():
+        pass
+
+    # inspect.getdoc finds an overridden method's class by module and qualified name
+    monkeypatch.setitem(sys.modules, "fake", module)
+    for value in (Base, Child, undocumented, Base.run, Child.run, Child.bare):
+        value.__module__ = "fake"
+        value.__qualname__ = value.__qualname__.rsplit("<locals>.", 1)[-1]
+    for value in (Base, Child, undocumented):
+        setattr(module, value.__name__, value)
+    assert sorted(hook._undocumented(module)) == ["fake.Base", "fake.Child.bare",
+                                                  "fake.undocumented"]

@@ -209,7 +209,7 @@ def test_materialize_makes_a_constant_that_settles_low_and_frees_the_graph():
     e.materialize(b)
     info = e.info(b)
     assert info["producer"] is None and info["offset"] < high   # moved down, a copy
-    assert a not in e.storages() and e.live_ops == 0 and e.stats()["moves"] == 1
+    assert a not in e.storages() and e.live_ops == 0 and e.stats()["constants_placed"] == 1
     assert not arena.storage_info(b)["evictable"]
     arena.check()
 

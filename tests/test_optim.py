@@ -118,3 +118,30 @@ def test_optimizer_arguments_are_checked():
         optim.SGD([], lr=0.1)
     with pytest.raises(ValueError, match="different runtimes"):
         optim.SGD([params[0], other], lr=0.1)
+
+
+def test_clip_grad_norm_scales_the_gradients_to_the_norm_in_place():
+    rt, params, grads = setup()
+    for p, g in zip(params, grads[0]):
+        p.grad = rt.tensor(g * 10)
+    norm = float(np.sqrt(sum(((g * 10) ** 2).sum() for g in grads[0])))
+    assert optim.clip_grad_norm(params, 1.0) == pytest.approx(norm, rel=1e-12)
+    clipped = [p.grad.numpy() for p in params]
+    for c, g in zip(clipped, grads[0]):
+        np.testing.assert_allclose(c, g * 10 / (norm + 1e-6), rtol=1e-12)
+    assert optim.clip_grad_norm(params, 5.0) == pytest.approx(1.0, rel=1e-6)   # under: kept
+    for c, p in zip(clipped, params):
+        np.testing.assert_array_equal(p.grad.numpy(), c)
+    with pytest.raises(ValueError, match="max_norm must be > 0, got 0"):
+        optim.clip_grad_norm(params, 0)
+
+
+def test_warmup_cosine_rises_then_decays_to_its_floor():
+    lrs = [optim.warmup_cosine(s, 1.0, warmup=4, total=14, final_ratio=0.1) for s in range(14)]
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert lrs[4] == 1.0 and lrs[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+    assert optim.warmup_cosine(9, 1.0, warmup=4, total=14, final_ratio=0.1) == \
+        pytest.approx(0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * 5 / 9)))
+    with pytest.raises(ValueError, match="need 0 <= warmup < total"):
+        optim.warmup_cosine(0, 1.0, warmup=5, total=5)

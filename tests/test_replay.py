@@ -3,6 +3,7 @@ importer record by record, errors that name their line, the oracles (DTR's unifo
 chain, overhead exactly 1.0 when unlimited, recorded runs replaying with the run's evictions
 and recomputes), and the arena's invariants after a replay runs out of memory."""
 import json
+import os
 import math
 
 import numpy as np
@@ -508,7 +509,7 @@ def test_bad_replay_arguments_are_errors_that_name_the_fix(resnet_trace):
         R.replay(program, ratio=0.5, budget="1GiB")
     with pytest.raises(ValueError, match="ratio must be a finite number > 0"):
         R.replay(program, ratio=-3)
-    with pytest.raises(ValueError, match="must be more than 0 bytes|must be at least 1 byte|not a size"):
+    with pytest.raises(ValueError, match="budget '-3GB': must be more than 0"):
         R.replay(program, budget="-3GB")
 
 
@@ -528,7 +529,10 @@ def test_the_arena_is_consistent_after_a_replay_runs_out_of_memory(resnet_trace)
 
 def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
     from coop.cli.main import main
-    assert main(["replay", str(resnet_trace), "--budget", "0.5", "--policy", "coop,dtr,dtr-ideal"]) == 0
+    completed = all(R.replay(resnet_trace, ratio=0.5, policy=p)["status"] == "ok"
+                    for p in ("coop", "dtr", "dtr-ideal"))
+    assert main(["replay", str(resnet_trace), "--budget", "0.5",
+                 "--policy", "coop,dtr,dtr-ideal"]) == (0 if completed else 3)
     out = capsys.readouterr().out
     assert "(ratio 1.0; the unlimited run used" in out and "compute overhead" in out \
         and "fragmentation rate" in out
@@ -540,7 +544,55 @@ def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
     assert main(["replay", str(resnet_trace), "--budget", "0.5", "--policy", "belady"]) == 2
     assert "unknown policy 'belady'" in capsys.readouterr().err
     assert main(["replay", str(resnet_trace), "--budget", "-3"]) == 2
-    assert "budget ratio '-3' must be a finite number > 0" in capsys.readouterr().err
+    assert "budget '-3': must be more than 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("budget", ["0.5", "0.5x", "50%", "0.5 X", " 50 % "])
+def test_coop_replay_reads_every_form_of_a_share_alike(resnet_trace, capsys, budget):
+    from coop.cli.main import main
+    expected = R.replay(resnet_trace, ratio=0.5)
+    assert main(["replay", str(resnet_trace), "--budget", budget, "--json"]) == \
+        (0 if expected["status"] == "ok" else 3)
+    result = json.loads(capsys.readouterr().out)
+    assert (result["ratio"], result["budget_bytes"], result["evictions"]) == \
+        (0.5, expected["budget_bytes"], expected["evictions"])
+
+
+def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):
+    """A run that ran out of memory shows no overhead (a partial run's), a line naming the
+    record, the request and the largest free range, and the exit status 3; the JSON keeps the
+    same figures; a completed run beside it is unaffected."""
+    from coop.cli.main import main
+    failed = R.replay(resnet_trace, ratio=0.15, policy="dtr")
+    assert failed["status"] == "oom" and failed["failed_request"] > failed["failed_largest_free"]
+    assert 0 < failed["failed_record"] == failed["records"]
+    assert main(["replay", str(resnet_trace), "--budget", "0.15", "--policy", "dtr"]) == 3
+    out = capsys.readouterr().out
+    overhead = next(line for line in out.splitlines() if line.startswith("compute overhead"))
+    assert overhead.split()[-1] == "-"
+    assert (f"dtr: oom at record {failed['failed_record']:,} of " in out
+            and f"a request of {failed['failed_request']:,} bytes" in out
+            and f"largest free range {failed['failed_largest_free']:,} bytes" in out)
+    assert main(["replay", str(resnet_trace), "--budget", "0.15", "--policy", "dtr",
+                 "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["failed_record"] == failed["failed_record"]
+    ok = R.replay(resnet_trace, ratio=1.0)
+    assert ok["status"] == "ok" and ok["failed_record"] is None
+    assert main(["replay", str(resnet_trace), "--budget", "1.0", "--policy", "coop"]) == 0
+
+
+def test_coop_replay_into_a_closed_pipe_ends_quietly(resnet_trace):
+    """`coop replay ... --json | head`: the reader is gone before the first line is written;
+    no traceback, no error line, status 141."""
+    import subprocess
+    import sys
+    argv = [sys.executable, "-m", "coop", "replay", str(resnet_trace), "--budget", "0.5",
+            "--json"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(coop.__file__)))
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        proc.stdout.close()          # before the child has loaded the trace
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 141 and err == b"", err
 
 
 # ---- failed kernels: the trace keeps what a failure did --------------------------------------------

@@ -255,11 +255,11 @@ def test_a_runtime_draws_the_rest_of_its_run(tmp_path):
     after = rt.stats()
     data = page_data(tmp_path / "run.html")
     delta = {k: after[k] - before[k] for k in ("evictions", "eager_evictions", "recomputes",
-                                                "moves")}
-    assert delta["evictions"] > 0 and delta["recomputes"] > 0 and delta["moves"] > 0
+                                                "constants_placed")}
+    assert delta["evictions"] > 0 and delta["recomputes"] > 0 and delta["constants_placed"] > 0
     assert {k: data["figures"][k] for k in delta} == delta
     sums = np.array([m[1:] for m in data["counts"]]).sum(axis=0).tolist()
-    moves = delta["moves"] + data["figures"]["window_moves"]
+    moves = delta["constants_placed"] + data["figures"]["window_moves"]
     assert sums == [delta["recomputes"], delta["evictions"] + delta["eager_evictions"], moves]
     col = data["columns"]
     moved = sum(p[col.index("begin")] == timeline.MARKS.index("moved") for p in data["pieces"])
@@ -286,7 +286,8 @@ def test_a_runtime_with_a_moving_policy_draws_its_moves(tmp_path):
     rt.arena.check()
     after = rt.stats()
     data = page_data(tmp_path / "run.html")
-    keys = ("evictions", "eager_evictions", "recomputes", "moves", "window_moves", "bytes_moved")
+    keys = ("evictions", "eager_evictions", "recomputes", "constants_placed", "window_moves",
+            "bytes_moved")
     delta = {k: after[k] - before[k] for k in keys}
     assert delta["window_moves"] > 0 and delta["bytes_moved"] > 0
     assert {k: data["figures"][k] for k in keys} == delta
@@ -298,7 +299,7 @@ def test_a_runtime_with_a_moving_policy_draws_its_moves(tmp_path):
              if s[col["source"]] == r[col["offset"]] and s[col["offset"]] == r[col["to"]]
              and int(s[col["t0"]]) == int(r[col["t1"]]) and s[col["t0"]] <= r[col["t1"]]]
     ends = sum(r[col["end"]] == timeline.MARKS.index("moved") for r in rows)
-    assert len(pairs) == ends == delta["moves"] + delta["window_moves"]
+    assert len(pairs) == ends == delta["constants_placed"] + delta["window_moves"]
     window = [(r, s) for r, s in pairs if s[col["t0"]] == r[col["t1"]]]
     assert len(window) == delta["window_moves"]
     assert sum(r[col["size"]] for r, _ in window) == delta["bytes_moved"]
@@ -306,7 +307,7 @@ def test_a_runtime_with_a_moving_policy_draws_its_moves(tmp_path):
     assert all(r[col["op"]] == s[col["op"]] and r[col["kind"]] == s[col["kind"]]
                for r, s in window)
     sums = np.array([m[1:] for m in data["counts"]]).sum(axis=0).tolist()
-    assert sums[2] == delta["moves"] + delta["window_moves"]
+    assert sums[2] == delta["constants_placed"] + delta["window_moves"]
     assert pieces_overlap(data) == []
 
 

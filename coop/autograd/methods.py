@@ -76,47 +76,61 @@ class TensorMethods:
 
     @property
     def T(self):
+        """The transpose (all axes reversed), as coop.ops.transpose."""
         return _ops().transpose(self)
 
     def transpose(self, *axes):
+        """The axes permuted (reversed when none are given), as coop.ops.transpose."""
         return _ops().transpose(self, axes[0] if len(axes) == 1 and not _scalar(axes[0])
                                 else axes or None)
 
     def reshape(self, *shape):
+        """The same elements in another shape, as coop.ops.reshape."""
         return _ops().reshape(self, shape[0] if len(shape) == 1 and not _scalar(shape[0])
                               else shape)
 
     def broadcast_to(self, shape):
+        """This tensor broadcast to shape, as coop.ops.broadcast_to."""
         return _ops().broadcast_to(self, shape)
 
     def sum(self, axis=None, keepdims=False):
+        """The sum over axis (None: all), as coop.ops.sum."""
         return _ops().sum(self, axis, keepdims)
 
     def mean(self, axis=None, keepdims=False):
+        """The mean over axis (None: all), as coop.ops.mean."""
         return _ops().mean(self, axis, keepdims)
 
     def max(self, axis=None, keepdims=False):
+        """The maximum over axis (None: all), as coop.ops.max."""
         return _ops().max(self, axis, keepdims)
 
     def var(self, axis=None, keepdims=False):
+        """The variance over axis (None: all), as coop.ops.var."""
         return _ops().var(self, axis, keepdims)
 
     def exp(self):
+        """Elementwise exp, as coop.ops.exp."""
         return _ops().exp(self)
 
     def log(self):
+        """Elementwise log, as coop.ops.log."""
         return _ops().log(self)
 
     def sqrt(self):
+        """Elementwise sqrt, as coop.ops.sqrt."""
         return _ops().sqrt(self)
 
     def tanh(self):
+        """Elementwise tanh, as coop.ops.tanh."""
         return _ops().tanh(self)
 
     def sigmoid(self):
+        """Elementwise sigmoid, as coop.ops.sigmoid."""
         return _ops().sigmoid(self)
 
     def relu(self):
+        """Elementwise relu, as coop.ops.relu."""
         return _ops().relu(self)
 
 

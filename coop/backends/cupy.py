@@ -43,7 +43,7 @@ from coop._core import EXPENSIVE, Arena
 from coop.backends._cupy_pool import Piece, adopt, serve
 from coop.backends import streams
 from coop.backends.base import Backend
-from coop.budget import parse_budget
+from coop.budget import Budget
 from coop.errors import OutOfMemoryError
 
 __all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "allocator"]
@@ -218,16 +218,17 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                              f"not {base:#x}")
         self._base = base
         self._device = device if base is None or device is not None else 0
-        self._budget_spec = budget
         self._budgets = {}            # device id -> budget in bytes (percentages differ per device)
         self._homes = {}              # device id -> _DeviceArena, made on first use
         self._lock = threading.RLock()  # guards homes, reservations and stream bookkeeping
         self._scopes = _Scopes()      # this thread's `with pool:` scopes and placement class
-        percent = isinstance(budget, str) and budget.strip().endswith("%")
+        spec = Budget(budget, of="the device's free memory")
+        percent = spec.is_share
         if percent and base is not None:
-            raise ValueError(f"coop: a percentage budget ({budget!r}) is of a device's memory; "
+            raise ValueError(f"coop: a budget of {budget!r} is a share of a device's memory; "
                              f"with base= give it in bytes, e.g. '512MiB'")
-        self._fixed = None if percent else self._checked(parse_budget(budget))
+        self._spec = spec
+        self._fixed = None if percent else self._checked(spec.resolve())
         self._limit = _env_limit()    # CUPY_GPU_MEMORY_LIMIT, read once as CuPy's pools do
         if base is not None and self._limit[1] is not None:
             raise ValueError("coop: CUPY_GPU_MEMORY_LIMIT is a percentage of a device's memory; "
@@ -251,7 +252,9 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
             return budget
         budget = self._fixed
         if budget is None:  # a percentage of what the device can give now
-            budget = self._checked(parse_budget(self._budget_spec, _mem_info(device_id)[0]))
+            free = _mem_info(device_id)[0]
+            budget = self._checked(self._spec.resolve(free, limit=free, limit_name=(
+                f"the free memory of device {device_id}")))
         size, fraction = self._limit
         if fraction is not None:
             size = int(fraction * _mem_info(device_id)[1])
@@ -375,6 +378,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         self._scopes.stack.append(scope)
 
     def uninstall(self):
+        """Undo the last install() of this thread."""
         self._scopes.stack.pop().__exit__(None, None, None)
 
     def __enter__(self):
@@ -602,6 +606,7 @@ class _BoundPool(Backend):
         pool.install()
 
     def uninstall(self):
+        """Undo the last install() of this thread."""
         self._live().uninstall()
 
 

@@ -12,6 +12,9 @@ __all__ = ["HostBackend", "numpy_allocator"]
 
 
 def numpy_allocator(budget, alignment=64):
-    """A host backend of `budget` bytes ("6GiB", "80%" of the host's memory, an int). It evicts
-    when a coop.Runtime (its engine) owns its arena: ``coop.Runtime(backend, policy=...)``."""
-    return HostBackend(parse_budget(budget, total=host_memory_bytes()), alignment)
+    """A host backend of `budget` bytes (an int, "6GiB", or "50%" / "0.5x" of the host's memory),
+    at most the host's memory. It evicts when a coop.Runtime (its engine) owns its arena:
+    ``coop.Runtime(backend, policy=...)``."""
+    memory = host_memory_bytes()
+    return HostBackend(parse_budget(budget, memory, of="this host's memory", limit=memory,
+                                    limit_name="this host's memory"), alignment)

@@ -157,7 +157,7 @@ def search_factor_median(by_policy):
 
 def summarize(sources, rows, policies):
     """summary.json's content: per source, its unlimited run, per policy summaries and the
-    issue's claims (holds: true, false, or null where it cannot be checked, with why)."""
+    paper's claims (holds: true, false, or null where it cannot be checked, with why)."""
     summary = {}
     for s in sources:
         mine = [r for r in rows if r["model"] == s["name"]]

@@ -1,9 +1,12 @@
 """The `coop` command: `coop replay` (one trace, one budget) and `coop bench` (the sweep).
 
 Every error is one line on stderr: exit status 2 for a bad argument, 1 for a run that failed
-(a trace that cannot be read, a file that cannot be written); --debug shows the traceback.
+(a trace that cannot be read, a file that cannot be written), 3 from `coop replay` when a
+policy ran out of memory or thrashed; --debug shows the traceback. Output into a pipe that
+closes early (`coop replay ... --json | head`) ends quietly with status 141, as `yes | head`.
 """
 import argparse
+import os
 import sys
 
 from coop.errors import UsageError
@@ -37,14 +40,19 @@ def parser():
 
 
 def main(argv=None):
-    """Run the command; returns its exit status (0, 1 or 2) after printing any error."""
+    """Run the command; returns its exit status (0, 1, 2, 3 or 141) after printing any error."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     command = next((a for a in argv if not a.startswith("-")), None)
     prog = f"coop {command}" if command in ("replay", "bench") else "coop"
     try:
         args = parser().parse_args(argv)
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()     # a closed pipe raises here, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE
     except UsageError as e:
         if debug:
             raise
@@ -55,6 +63,19 @@ def main(argv=None):
             raise
         _say(f"{prog}: error: {_describe(e)} (--debug shows the traceback)")
         return 1
+
+
+#: exit status when stdout is a pipe that closed (128 + SIGPIPE, as a shell reports it)
+BROKEN_PIPE = 141
+
+
+def _silence_stdout():
+    """Point stdout at /dev/null so that the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):    # stdout is not a file descriptor (a test's capture)
+        pass
 
 
 def _describe(error):

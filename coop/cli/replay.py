@@ -1,7 +1,12 @@
 """Replay a trace (coop's JSON lines, or a DTR simulator log) under a budget on the real arena
 core, for one or more policies, and print docs/design.md's metrics.
 
-A budget is a ratio of the trace's unlimited peak ("0.5") or a size with a unit ("6GiB").
+A budget is a share of the trace's unlimited peak ("0.5", "0.5x" or "50%") or a size ("6GiB").
+Moves come in three kinds, each counted apart: window moves (coop's window relocating pieces to
+free a range), room made (times coop moved a kernel's inputs to make room for it) and constants
+placed (new constants copied down to the lowest free range that holds them).
+Exit status: 0 when every policy completed, 3 when one ran out of memory or thrashed (the table
+says where), 2 for a bad argument, 1 for a trace that cannot be read.
 Example: coop replay run.jsonl --budget 0.5 --policy coop,dtr,dtr-ideal
 """
 import argparse
@@ -10,11 +15,14 @@ import math
 import os
 import sys
 
+from coop.budget import Budget
 from coop.trace import replay as R
-from coop.budget import parse_budget
 from coop.errors import UsageError
 from coop.engine.policies import POLICIES
-from coop.trace import MAX_BYTES, valid_alignment
+from coop.trace import valid_alignment
+
+#: exit status when a policy did not complete (ran out of memory or thrashed)
+INCOMPLETE = 3
 
 ROWS = [  # (label, key, format)
     ("status", "status", "{}"),
@@ -23,11 +31,12 @@ ROWS = [  # (label, key, format)
     ("compute overhead", "compute_overhead", "{:.4f}"),
     ("evictions", "evictions", "{:,}"),
     ("bytes evicted", "bytes_evicted", "{:,}"),
-    ("moves", "window_moves", "{:,}"),
+    ("window moves", "window_moves", "{:,}"),
     ("room made for kernels", "room_made", "{:,}"),
     ("  of which by compaction", "compactions", "{:,}"),
     ("bytes moved", "bytes_moved", "{:,}"),
     ("move cost", "move_cost", "{:,.1f}"),
+    ("constants placed", "constants_placed", "{:,}"),
     ("recomputes", "recomputes", "{:,}"),
     ("searches", "searches", "{:,}"),
     ("search time (ms)", "search_time", "{:.3f}"),
@@ -43,7 +52,8 @@ ROWS = [  # (label, key, format)
 def add_arguments(parser):
     parser.add_argument("trace", help="a coop trace (.jsonl) or a DTR simulator log")
     parser.add_argument("--budget", required=True,
-                        help="a ratio of the unlimited peak (0.5) or a size (6GiB, 512MB)")
+                        help='a share of the unlimited peak ("0.5", "0.5x", "50%%") or a size '
+                             '("6GiB", "512MB")')
     parser.add_argument("--policy", default="coop",
                         help=f"one or more, comma-separated, of: {', '.join(POLICIES)}")
     parser.add_argument("--format", choices=("coop", "dtr"), default=None,
@@ -84,19 +94,10 @@ def _thrash(text):
     return value
 
 
-def parse_ratio_or_size(text):
-    """("ratio", float) for "0.5", ("bytes", int) for "6GiB"; ValueError naming the fix."""
-    try:
-        ratio = float(text)
-    except ValueError:
-        nbytes = parse_budget(text)
-        if nbytes > MAX_BYTES:
-            raise ValueError(f"budget {text!r} is more than an arena holds (2**62 bytes)") from None
-        return "bytes", nbytes
-    if not 0 < ratio < math.inf:
-        raise ValueError(f"budget ratio {text!r} must be a finite number > 0 (a share of the "
-                         "unlimited peak, e.g. 0.5), or give a size such as 6GiB")
-    return "ratio", ratio
+def read_budget(text):
+    """--budget: a Budget whose share is of the trace's unlimited peak; a bare number is a
+    ratio."""
+    return Budget(text, of="the trace's unlimited peak", bare="ratio")
 
 
 def _timelines(args, program, results):
@@ -119,26 +120,31 @@ def main(args):
             raise UsageError(f"coop replay: unknown policy {p[:80]!r}; choose from "
                              f"{', '.join(POLICIES)}")
     try:
-        kind, value = parse_ratio_or_size(args.budget)
+        budget = read_budget(args.budget)
+        nbytes = None if budget.is_share else budget.resolve()
     except ValueError as e:
         raise UsageError(f"coop replay: {e}") from None
     program = R.load(args.trace, args.format)
     base = R.unlimited(program, args.alignment)
     peak = base["peak_bytes"]
-    if kind == "ratio" and value * peak > MAX_BYTES:
-        raise UsageError(f"coop replay: budget ratio {args.budget!r} of the peak {peak:,} bytes "
-                         "is more than an arena holds (2**62 bytes)")
-    results = []
-    for policy in policies:
-        budget = dict(ratio=value) if kind == "ratio" else dict(budget=value)
-        results.append(R.replay(program, policy=policy, alignment=args.alignment,
-                                thrash=args.thrash or None, peak_bytes=peak, **budget))
+    if budget.is_share:
+        try:
+            budget.resolve(peak)
+        except ValueError as e:
+            raise UsageError(f"coop replay: {e}") from None
+        sized = dict(ratio=float(budget.share))
+    else:
+        sized = dict(budget=nbytes)
+    results = [R.replay(program, policy=policy, alignment=args.alignment,
+                        thrash=args.thrash or None, peak_bytes=peak, **sized)
+               for policy in policies]
     if args.timeline:
         _timelines(args, program, results)
+    status = 0 if all(r["status"] == "ok" for r in results) else INCOMPLETE
     if args.json:
         for r in results:
             print(json.dumps(r))
-        return 0
+        return status
     print(f"trace {args.trace}: {program.n_records:,} records, {program.n_ops:,} ops; peak "
           f"{peak:,} bytes (ratio 1.0; the unlimited run used {base['peak_used_bytes']:,}), "
           f"lower bound {base['lower_bound_bytes'] / peak:.3f} of it; unlimited cost "
@@ -146,11 +152,31 @@ def main(args):
     width = max(len(label) for label, _, _ in ROWS)
     print(f"{'':{width}}  " + "  ".join(f"{p:>14}" for p in policies))
     for label, key, fmt in ROWS:
-        cells = []
-        for r in results:
-            value = r[key]
-            if key == "search_time":
-                value *= 1e3
-            cells.append(f"{fmt.format(value) if value is not None else '-':>14}")
+        cells = [f"{_cell(r, key, fmt):>14}" for r in results]
         print(f"{label:{width}}  " + "  ".join(cells))
-    return 0
+    for r in results:
+        if r["status"] != "ok":
+            print(failure(r, program.n_records))
+    return status
+
+
+def _cell(result, key, fmt):
+    """A table cell: a failed run's figures are a partial run's, so it shows no overhead."""
+    value = result[key]
+    if value is None or (key == "compute_overhead" and result["status"] != "ok"):
+        return "-"
+    if key == "search_time":
+        value *= 1e3
+    return fmt.format(value)
+
+
+def failure(result, n_records):
+    """One line: where a run that did not complete stopped, and why."""
+    where = f"{result['policy']}: {result['status']} at record {result['failed_record']:,} of " \
+            f"{n_records:,}"
+    if result["status"] == "oom":
+        return (f"{where}: a request of {result['failed_request']:,} bytes found no room within "
+                f"the budget of {result['budget_bytes']:,} (largest free range "
+                f"{result['failed_largest_free']:,} bytes, nothing left to evict)")
+    return (f"{where}: the compute overhead passed --thrash "
+            f"({result['compute_overhead']:.3f} when it stopped)")

@@ -31,6 +31,7 @@ cdef class _Clock(Evictor):
         """The engine's counters (docs/design.md's metrics come from these and the arena's)."""
         return {"ops": self.ops, "recomputes": self.recomputes, "cost_first": self.cost_first,
                 "cost_total": self.cost_total, "eager_evictions": self.eager_evictions,
-                "demotions": self.demotions, "releases": self.releases, "moves": self.moves,
+                "demotions": self.demotions, "releases": self.releases,
+                "constants_placed": self.constants_placed,
                 "held": self.held_count, "clock": self.now, "lower_bound_bytes": self.bound_bytes,
                 "room_made": self.room_made, "compactions": self.compactions}

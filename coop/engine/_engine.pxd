@@ -38,7 +38,8 @@ cdef class _Clock(Evictor):
     # the clock itself is Evictor.now: the core reads it for staleness
     cdef double thrash_cost            # raise Thrash once the cost executed passes it (0: never)
     cdef readonly double cost_total, cost_first
-    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, moves, held_count
+    cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, held_count
+    cdef readonly long long constants_placed   # new constants copied down to the lowest fit
     cdef readonly int64_t const_bytes, bound_bytes
     cdef readonly long long copies     # old values copied by in-place ops (any rule)
     cdef readonly long long room_made  # times coop made room for a kernel by moving its inputs

@@ -196,7 +196,7 @@ cdef class _Residency(_Room):
             lowest = self.arena.c_lowest_fit(self.arena.request_size(self.size[s]))
         if 0 <= lowest < off:
             self.executor.copy(s, s, PLACE_LOWEST, off)
-            self.moves += 1
+            self.constants_placed += 1
         else:
             self.c_bind(s, off)
         self.arena.c_pin(self.slot[s], pins)

@@ -82,6 +82,7 @@ class BERT(Module):
         return self.layers(self.embed_dropout(self.embed_norm(x)))
 
     def mlm_logits(self, input_ids, token_type_ids):
+        """The masked-language-model head's logits over the vocabulary, per token."""
         h = self.head_norm(ops.gelu(self.head_dense(self(input_ids, token_type_ids))))
         return ops.add(ops.matmul(h, ops.transpose(self.word_embeddings.weight)),
                        self.decoder_bias)

@@ -32,6 +32,7 @@ class GPT(Module):
         causal_mask(rt, block_size, dtype)   # with the parameters, as GPT-2's buffer
 
     def positions(self, length):
+        """The position ids 0..length-1 as a constant tensor, made once per length."""
         if length not in self._positions:
             self._positions[length] = as_tensor(self.wpe.weight.runtime, numpy.arange(length))
         return self._positions[length]

@@ -123,6 +123,7 @@ class Module:
         object.__setattr__(self, name, tensor)
 
     def forward(self, *args, **kwargs):
+        """The module's computation on coop Tensors; ``module(x)`` calls it."""
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
@@ -158,6 +159,7 @@ class Module:
         return [p for _, p in self.named_parameters()]
 
     def named_buffers(self):
+        """(dotted name, tensor) of every buffer of this module and its submodules."""
         for prefix, module in self.named_modules():
             for name, buffer in module._buffers.items():
                 yield prefix + name, buffer
@@ -200,6 +202,7 @@ class Module:
             t.runtime.apply(ASSIGN, t, t.runtime.tensor(value, dtype=t.dtype))
 
     def extra_repr(self):
+        """The module's settings inside its repr's parentheses (e.g. "64, 128")."""
         return ""
 
     def __repr__(self):

@@ -96,6 +96,7 @@ def unary_op(name, forward, derivative, saves="x", flops=1):
         return record(out, (x,), backward, saved=(x if saves == "x" else out,), name=name, **attrs)
 
     op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Elementwise {name} of x (differentiable)."
     return op
 
 

@@ -108,9 +108,12 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     searches, search_time (s), fragmentation_rate, largest_free_ratio, window_moves,
     bytes_moved, move_cost (coop's moves: docs/core.md, Moving; the cost is in compute_overhead),
     room_made (times coop moved a kernel's inputs to make room for it), compactions (those
-    times it compacted one window to do so),
-    peak_used_bytes, records, wall_time (s), records_per_s, and the budget in bytes and as a
-    ratio. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
+    times it compacted one window to do so), constants_placed (new constants copied down to
+    the lowest free range that holds them),
+    peak_used_bytes, records, wall_time (s), records_per_s, the budget in bytes and as a
+    ratio, and where a failed run stopped: failed_record (the record's index), failed_request
+    and failed_largest_free (bytes asked for and the largest free range, for "oom"); None for
+    a run that completed. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
     is broken).
     """
     program = _program(trace)
@@ -137,14 +140,18 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     limit = thrash * program.cost_first if thrash else 0.0
     replayer = Replayer(program, arena, policy, limit, copy_cost(program))
     status = "ok"
+    failed = dict(failed_record=None, failed_request=None, failed_largest_free=None)
     t0 = time.perf_counter()
     try:
         replayer.run()
         replayer.finish()
-    except OutOfMemoryError:
+    except OutOfMemoryError as err:
         status = "oom"
+        failed.update(failed_record=replayer.records, failed_request=err.request,
+                      failed_largest_free=err.largest_free)
     except Thrash:
         status = "thrash"
+        failed["failed_record"] = replayer.records
     wall = time.perf_counter() - t0
     if check:
         arena.check()
@@ -154,6 +161,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     overhead = counters["cost_total"] / cost_first if cost_first else 1.0
     if status == "ok" and thrash and overhead > thrash:
         status = "thrash"
+        failed["failed_record"] = counters["records"]
     return {
         "policy": policy,
         "status": status,
@@ -177,9 +185,11 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "compactions": counters["compactions"],
         "bytes_moved": stats["bytes_moved"],
         "move_cost": stats["move_cost"],
+        "constants_placed": counters["constants_placed"],
         "peak_used_bytes": stats["peak_used_bytes"],
         "lower_bound_bytes": counters["lower_bound_bytes"],
         "records": counters["records"],
         "wall_time": wall,
         "records_per_s": counters["records"] / wall if wall > 0 else float("inf"),
+        **failed,
     }

@@ -94,7 +94,7 @@ def collect(program, budget, policy="coop", alignment=None, thrash=None):
         "policy": policy, "status": status, "budget_bytes": arena.capacity,
         "peak_used_bytes": stats["peak_used_bytes"], "evictions": stats["evictions"],
         "eager_evictions": counters["eager_evictions"], "recomputes": counters["recomputes"],
-        "moves": counters["moves"], "window_moves": stats["window_moves"],
+        "constants_placed": counters["constants_placed"], "window_moves": stats["window_moves"],
         "bytes_moved": stats["bytes_moved"],
         "compute_overhead": (counters["cost_total"] / program.cost_first
                              if program.cost_first else 1.0),
@@ -135,7 +135,8 @@ class _Log:
             counts = [after["recomputes"] - ops["recomputes"],
                       now["evictions"] - stats["evictions"]
                       + after["eager_evictions"] - ops["eager_evictions"],
-                      after["moves"] - ops["moves"] + now["window_moves"] - stats["window_moves"]]
+                      after["constants_placed"] - ops["constants_placed"]
+                      + now["window_moves"] - stats["window_moves"]]
             if any(counts):
                 self.marks.append([i, *counts])
             self.time = i + 1      # a record that ran out of memory is drawn too
@@ -172,7 +173,7 @@ class _Log:
                 closed.append(piece)
         after = self.engine.counters()
         first_run = after["ops"] > before["ops"]
-        moved = after["moves"] > before["moves"]
+        moved = after["constants_placed"] > before["constants_placed"]
         released = after["releases"] > before["releases"] and not first_run
         name = self.names[self.replayer.last_op] if first_run else ""
         engine = self.engine
@@ -249,7 +250,8 @@ def render(timeline):
                ("eager evictions", f"{f['eager_evictions']:,}"),
                ("recomputes", f"{f['recomputes']:,}"),
                ("window moves", f"{f['window_moves']:,}"),
-               ("bytes moved", _bytes(f["bytes_moved"])), ("constant moves", f"{f['moves']:,}"),
+               ("bytes moved", _bytes(f["bytes_moved"])),
+               ("constants placed", f"{f['constants_placed']:,}"),
                ("overhead", f"{f['compute_overhead']:.3f}"),
                ("records", f"{f['records']:,}"), ("pieces", f"{len(timeline.pieces):,}")]
     header = "".join(f'<div class="figure" data-name="{html.escape(k)}"><span>{html.escape(k)}'

@@ -32,6 +32,7 @@ class TraceWriter:
         return self._define(sid) if tid is None else tid
 
     def start(self):
+        """The record that begins a recording."""
         self._write({"op": "start"})
 
     def live(self, pieces, evicted):
@@ -60,6 +61,7 @@ class TraceWriter:
                          "cost": cost, "cls": cls})
 
     def constant(self, sid, nbytes):
+        """A constant (a parameter, an input) of nbytes defined as storage sid."""
         self._write({"op": "constant", "id": self._define(sid), "size": nbytes})
 
     def call(self, name, inputs, outputs, cost, cls, allocs=None):
@@ -105,15 +107,18 @@ class TraceWriter:
         self._write(record)
 
     def materialize(self, sid, settle=True):
+        """The program reads storage sid's value (it must be resident)."""
         record = {"op": "materialize", "id": self._ref(sid)}
         if not settle:
             record["settle"] = False
         self._write(record)
 
     def release(self, sid):
+        """The program drops its last reference to storage sid."""
         tid = self._ids.pop(sid, None)
         if tid is not None:
             self._write({"op": "release", "id": tid})
 
     def close(self):
+        """Close the trace's file."""
         self._file.close()
