@@ -10,7 +10,7 @@ import importlib.util as _importlib_util
 import sys as _sys
 
 try:
-    from coop._core import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, Arena
+    from coop._core import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, Arena
 except ModuleNotFoundError as _error:
     if _error.name != "coop._core":
         raise
@@ -31,7 +31,8 @@ from coop.budget import parse_budget
 from coop.errors import CoopError, OutOfMemoryError, Thrash, TraceError
 from coop.engine.cost import DEVICES, DeviceSpec
 from coop.kernel import Kernel, apply, get_runtime, kernel
-from coop.runtime import POLICY_TABLE, Runtime
+from coop.engine.policies import POLICIES
+from coop.runtime import Runtime
 from coop.tensor import Tensor
 
 _install_tensor_methods(Tensor)
@@ -43,7 +44,7 @@ _LAZY_SUBMODULES = frozenset({"distributed", "models", "nn", "ops", "optim", "ti
 _CUPY_NAMES = frozenset({"allocator", "CoopMemoryPool"})
 
 __all__ = ["Arena", "CHEAP", "CoopError", "DEVICES", "DeviceSpec", "EXPENSIVE", "Kernel", "NO_STORAGE",
-           "LOWEST", "OutOfMemoryError", "POLICIES", "POLICY_TABLE", "Runtime", "SimBackend", "Tensor",
+           "LOWEST", "OutOfMemoryError", "POLICIES", "Runtime", "SimBackend", "Tensor",
            "apply", "get_runtime", "is_grad_enabled", "kernel", "models", "nn", "no_grad",
            "numpy_allocator", "ops", "optim", "parse_budget", "Thrash", "TraceError"]
 __version__ = "0.1.0"

@@ -777,7 +777,7 @@ cdef class CallbackOwner(_CallbackEvictor):
     """An arena owner over a Python callable, for tests and simple users:
     ``arena.attach(CallbackOwner(evict, "dtr"))`` makes ``arena.request`` evict through
     ``evict(list of storage ids)`` (which must free each victim's piece or make it unevictable)
-    under core policy ``policy`` (one of coop.POLICIES), with staleness measured at ``now``."""
+    under core policy ``policy`` (one of coop._core.POLICIES), with staleness measured at ``now``."""
 
     def __cinit__(self, evict, policy, *args, **kwargs):
         if not callable(evict):

@@ -11,7 +11,7 @@ import re
 from decimal import Decimal
 from operator import index
 
-__all__ = ["ARENA_LIMIT", "Budget", "host_memory_bytes", "parse_budget"]
+__all__ = ["ARENA_LIMIT", "Budget", "EmptyBudget", "host_memory_bytes", "parse_budget"]
 
 UNITS = {
     "b": 1,
@@ -27,6 +27,11 @@ _FORM = re.compile(_NUMBER + r"\s*([a-z]*|%)", re.IGNORECASE)
 def host_memory_bytes():
     """Physical memory of this machine in bytes (the total of "50%" budgets on the host)."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class EmptyBudget(ValueError):
+    """A well-formed share that is less than one byte of the total it is a share of (the total,
+    not the value, is the problem: a replayed trace whose unlimited peak is tiny)."""
 
 
 class Budget:
@@ -67,8 +72,8 @@ class Budget:
                                                "here; give a size"))
             nbytes = int(Decimal(int(total)) * self.share)
             if nbytes < 1:
-                raise ValueError(self._message(f"is less than 1 byte of {self.of} "
-                                               f"({int(total):,} bytes)"))
+                raise EmptyBudget(self._message(f"is less than 1 byte of {self.of} "
+                                                f"({int(total):,} bytes)"))
         if nbytes > limit:
             raise ValueError(self._message(f"{nbytes:,} bytes is more than {limit_name} "
                                            f"({limit:,} bytes)"))

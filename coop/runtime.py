@@ -19,19 +19,16 @@ from coop.arrays import host_copy
 from coop.backends.base import Backend
 from coop.engine import Engine
 from coop.engine.cost import DEVICES, DeviceSpec, device_spec
-from coop.engine.policies import POLICIES, get_policy
+from coop.engine.policies import get_policy
 from coop.kernel import Kernel, active_runtimes, as_kernel, call_error, spec_nbytes, specs_of
 from coop.tensor import Tensor
 
-#: runtime policy name -> (core policy, partition cheap/expensive, recomputable in-place): the
-#: records of coop.engine.policies.POLICIES as tuples
-POLICY_TABLE = {name: (p.core, p.partition, p.inplace) for name, p in POLICIES.items()}
 
 class Runtime:
     """The tape and its execution under one backend's budget.
 
-    policy: a name of coop.engine.policies.POLICIES. cost: "timing" measures each op's first run
-    (host ns on NumPy, CUDA events on CuPy); a DeviceSpec or a name in coop.engine.cost.DEVICES
+    policy: a name of coop.POLICIES (coop.engine.policies). cost: "timing" measures each op's
+    first run (host ns on NumPy, CUDA events on CuPy); a DeviceSpec or a name in coop.engine.cost.DEVICES
     models every op by its FLOPs and bytes. None: timing on NumPy, the device's own spec
     (by its name; a warning and a100-80gb's when unknown) on CuPy, a100-80gb in simulation.
     classifier: "type" (the kernel's

@@ -189,3 +189,13 @@ def test_the_command_as_a_process(files, argv, status, message):
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert run.returncode == status, run.stderr
     assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+
+
+def test_a_share_the_trace_makes_empty_is_a_failed_run_not_a_usage_error(tmp_path, capsys):
+    # 0.5 of a peak of 1 byte is no byte: the budget is well formed, the trace makes it empty
+    path = tmp_path / "tiny.jsonl"
+    path.write_text('{"op": "meta", "alignment": 1}\n{"op": "constant", "id": 0, "size": 0}\n')
+    assert main(["replay", str(path), "--budget", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("coop replay: error: budget '0.5': is less "
+                                                   "than 1 byte of the trace's unlimited peak")

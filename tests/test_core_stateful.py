@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import coop
-from coop import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, POLICIES, OutOfMemoryError
+from coop import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, OutOfMemoryError
+from coop._core import POLICIES
 from coop._core import CallbackOwner
 from coop.errors import InternalError
 from reference_arena import CallbackOwner as RefOwner

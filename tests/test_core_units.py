@@ -14,7 +14,7 @@ def test_constants_agree():
     assert (EXPENSIVE, CHEAP, NO_STORAGE) == (0, 1, -1)
     ref = reference_arena
     assert (ref.EXPENSIVE, ref.CHEAP, ref.NO_STORAGE) == (0, 1, -1)
-    assert tuple(coop.POLICIES) == reference_arena.POLICIES
+    assert tuple(coop._core.POLICIES) == reference_arena.POLICIES
 
 
 # ---- placement ----------------------------------------------------------------------------------

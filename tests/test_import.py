@@ -75,7 +75,7 @@ def test_the_core_api_needs_nothing_deferred():
         "y = rt.apply(coop.Kernel(lambda a, b: a @ b, name='matmul'), w, w)\n"
         "assert float(y.numpy().sum()) == 512.0\n"
         "sim = coop.Runtime(coop.SimBackend('1MiB'))\n"
-        "assert coop.parse_budget('1KiB') == 1024 and 'coop' in coop.POLICY_TABLE\n"
+        "assert coop.parse_budget('1KiB') == 1024 and 'coop' in coop.POLICIES\n"
         "assert coop.POLICIES and coop.DEVICES and coop.Arena(512).capacity == 512\n")
     assert not [m for m in loaded if _under(m, DEFERRED)]
 
@@ -99,7 +99,7 @@ def test_all_and_dir_are_honest():
     out = _python(
         "import sys, coop\n"
         "names = dir(coop)\n"
-        "for n in ('nn', 'ops', 'optim', 'models', 'Runtime', 'POLICIES', 'POLICY_TABLE'):\n"
+        "for n in ('nn', 'ops', 'optim', 'models', 'Runtime', 'POLICIES'):\n"
         "    assert n in names, n\n"
         "assert 'coop.nn' not in sys.modules\n"  # dir() lists them without loading them
         "missing = [n for n in coop.__all__ if not hasattr(coop, n)]\n"

@@ -72,7 +72,7 @@ def _overwrite_a_released_value(policy):
     return e, arena, x, old
 
 
-def test_an_overwritten_old_value_counts_in_its_neighbours_cost_as_a_released_version_does():
+def test_an_overwritten_old_value_counts_in_its_neighbors_cost_as_a_released_version_does():
     # either rule leaves the old value evicted, in a's evicted class (10 + 20): x's c' is its
     # cost 5 + 30 under both (coop's once left it out: 5, so x looked cheap to evict)
     seen = {}

@@ -34,7 +34,7 @@ def test_the_table():
 
 
 def test_core_codes_are_the_cores():
-    """core_code is PolicyCode of _core.pxd: P_COOP = 0 ... P_NONE = 5, in coop.POLICIES order."""
+    """core_code is PolicyCode of _core.pxd: P_COOP = 0 ... P_NONE = 5, in coop._core.POLICIES order."""
     assert CORE_POLICIES == ("coop", "dtr", "dte", "lru", "size", "none")
     assert {p.core: p.core_code for p in POLICIES.values()} == {
         "coop": 0, "dtr": 1, "dte": 2, "lru": 3, "size": 4, "none": 5}

@@ -19,7 +19,7 @@ from coop.optim import AdamW
 from coop.errors import TraceError
 from coop.trace import compile_program, import_dtr
 
-POLICIES = list(coop.POLICY_TABLE)
+POLICIES = list(coop.POLICIES)
 
 
 def write_lines(path, records):

@@ -13,8 +13,8 @@ from _graphs import ADD, MiB, lower_bound, random_graph, run_graph, used
 SEEDS = range(24)
 # every policy that runs on a real (host) arena and evicts; "dtr-ideal" needs an ideal arena
 # (SimBackend(ideal=True)), which has no addresses and no arrays
-POLICIES = [name for name in coop.POLICY_TABLE if name not in ("none", "dtr-ideal")]
-PARTITIONED = [name for name in POLICIES if coop.POLICY_TABLE[name][1]]
+POLICIES = [name for name in coop.POLICIES if name not in ("none", "dtr-ideal")]
+PARTITIONED = [name for name in POLICIES if coop.POLICIES[name].partition]
 NEAR = 1.4           # x the lower bound: every seed here completes under every policy
 
 

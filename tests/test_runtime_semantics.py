@@ -324,7 +324,7 @@ def test_bad_policy_names_are_refused(make_rt):
         coop.numpy_allocator("1MiB", policy="fifo")      # backends hold memory, not policies
     with pytest.raises(ValueError, match="'dtr-ideal' needs an ideal arena"):
         make_rt(policy="dtr-ideal")
-    for name, (core, _, _) in coop.POLICY_TABLE.items():
+    for name, core in ((n, p.core) for n, p in coop.POLICIES.items()):
         if name != "dtr-ideal":
             assert make_rt(policy=name)._engine.policy.core == core
 

@@ -2,7 +2,7 @@
 """The CuPy pool's allocation path in C (coop/backends/cupy.py is the rest of the pool).
 
 ``serve`` places one request in the arena and wraps the piece as CuPy wants it:
-``MemoryPointer(UnownedMemory(base + offset, n, owner=piece, device_id), 0)``; the ``Piece``
+``MemoryPointer(UnownedMemory(base + offset, n, owner=piece, device_id), 0)``; the ``PieceOwner``
 owner frees the piece from ``__dealloc__`` when CuPy drops the last view. CuPy ships no .pxd for
 its memory module (its class layouts change between versions), so its classes are called
 through Python, from C. Imported only by the CuPy backend: importing it imports CuPy.
@@ -18,7 +18,7 @@ cdef object _has_hooks = memory_hook._has_memory_hooks
 cdef object _get_hooks = memory_hook.get_memory_hooks
 
 
-cdef class Piece:
+cdef class PieceOwner:
     """Owner of one arena piece: CuPy drops it with the piece's last view, which frees it.
 
     Its free may run inside an eviction (the runtime drops the victims' last views from the
@@ -64,7 +64,7 @@ def adopt(home, Arena arena, size_t base, size_t offset, size_t nbytes, stream_k
           int device_id):
     """A MemoryPointer owning the used piece at offset, already taken in the arena (a move's
     destination): freed, like serve's, when CuPy drops its last view."""
-    cdef Piece piece = Piece.__new__(Piece)
+    cdef PieceOwner piece = PieceOwner.__new__(PieceOwner)
     piece.home = home
     piece.arena = arena
     piece.offset = offset

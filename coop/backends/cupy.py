@@ -7,7 +7,7 @@ The pool is itself the allocator (``__call__`` is ``malloc``), so the object han
 
 Per device, the first malloc reserves one device allocation of the budget (rounded down to 512
 bytes, the arena's capacity); every allocation is a piece of it, wrapped in its own
-``UnownedMemory`` whose owner (``coop.backends._cupy_pool.Piece``) frees the piece when the last view of it dies.
+``UnownedMemory`` whose owner (``coop.backends._cupy_pool.PieceOwner``) frees the piece when the last view of it dies.
 Allocations made outside ``coop.apply`` stay anonymous pieces: never evicted. CuPy's memory
 hooks (``cupy.cuda.MemoryHook``) are called as CuPy's own pool calls them.
 
@@ -40,7 +40,7 @@ from cupy.cuda.memory import OutOfMemoryError as _CupyOOM
 from cupy.cuda.runtime import CUDARuntimeError
 
 from coop._core import EXPENSIVE, Arena
-from coop.backends._cupy_pool import Piece, adopt, serve
+from coop.backends._cupy_pool import PieceOwner, adopt, serve
 from coop.backends import streams
 from coop.backends.base import Backend
 from coop.budget import Budget
@@ -352,7 +352,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
             owner = getattr(getattr(getattr(source, "data", None), "mem", None), "_owner", None)
-            if isinstance(owner, Piece) and owner.home is home:
+            if isinstance(owner, PieceOwner) and owner.home is home:
                 owner.stream_key = key
         hooks = _get_hooks() if _has_hooks() else None
         if hooks:   # its free calls the free hooks: its allocation calls the malloc hooks

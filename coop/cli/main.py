@@ -79,9 +79,9 @@ def _silence_stdout():
 
 
 def _describe(error):
-    from coop.errors import OutOfMemoryError, TraceError
+    from coop.errors import CoopError
     text = str(error) or type(error).__name__
-    if not isinstance(error, (TraceError, OSError, OutOfMemoryError, UsageError)):
+    if not isinstance(error, (CoopError, OSError)):
         text = f"{type(error).__name__}: {text}"
     return text
 

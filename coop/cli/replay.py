@@ -15,9 +15,9 @@ import math
 import os
 import sys
 
-from coop.budget import Budget
+from coop.budget import Budget, EmptyBudget
 from coop.trace import replay as R
-from coop.errors import UsageError
+from coop.errors import CoopError, UsageError
 from coop.engine.policies import POLICIES
 from coop.trace import valid_alignment
 
@@ -130,6 +130,8 @@ def main(args):
     if budget.is_share:
         try:
             budget.resolve(peak)
+        except EmptyBudget as e:    # a good budget that this trace makes empty: not a usage error
+            raise CoopError(str(e)) from None
         except ValueError as e:
             raise UsageError(f"coop replay: {e}") from None
         sized = dict(ratio=float(budget.share))

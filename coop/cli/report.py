@@ -207,7 +207,7 @@ def _ablation_tables(summary, policies):
                f"{IDEAL_SLACK:g}) and against each ablation (minimum ratio no higher, overhead no "
                "higher at every ratio where both complete); and at 0.5, the bytes coop evicted "
                "and the recomputes it made over dtr-ideal's (what contiguity costs: a window "
-               "frees whole neighbours):\n")
+               "frees whole neighbors):\n")
     out.append(_table(["model", f"coop <= dtr-ideal + {IDEAL_SLACK:g}", "coop <= coop-no-move",
                        "coop <= coop-no-inplace", "coop <= coop-no-partition",
                        "@0.5 bytes evicted / recomputes, coop over dtr-ideal"], body,

@@ -97,8 +97,8 @@ cdef class _Records(_Clock):
     # storages and ops
     cdef int _new_sid(self) except -1
     cdef int _new_storage(self, int64_t size, int o, int index, double cost,
-                          vector[int]& neighbours, bint evictable) except -1
-    cdef int _register(self, int s, double cost, vector[int]& neighbours, bint evictable) except -1
+                          vector[int]& neighbors, bint evictable) except -1
+    cdef int _register(self, int s, double cost, vector[int]& neighbors, bint evictable) except -1
     cdef int _drop(self, int s) except -1
     cdef int _new_op(self) except -1
     cdef int _kill_op(self, int o) except -1
@@ -141,7 +141,7 @@ cdef class _Residency(_Room):
     cdef int _evict_eagerly(self, int s) except -1
     cdef int _recompute(self, int o) except -1
     cdef int _account(self, int o, bint recompute) except -1
-    cdef int _reregister(self, int s, double cost, vector[int]& neighbours, bint evictable,
+    cdef int _reregister(self, int s, double cost, vector[int]& neighbors, bint evictable,
                          bint settle) except -1
 
 

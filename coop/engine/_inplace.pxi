@@ -15,9 +15,9 @@ cdef class _InPlace(_FirstRun):
         pending reader (a live op that read S) and recomputing the old value (S's producer's
         cost) costs more than copying it (size * copy_cost); else S is overwritten and its old
         value V, a new storage with S's old producer, starts evicted (OLD_RECOMPUTE), in its
-        evicted neighbours' class as DTR's released copy would be."""
+        evicted neighbors' class as DTR's released copy would be."""
         cdef int m, s, w, p, mode
-        cdef vector[int] neighbours
+        cdef vector[int] neighbors
         cdef vector[int] live_readers
         self._bound(o)     # before a constant's copy counts among the constants
         self.cur_mutated = mutated
@@ -37,13 +37,13 @@ cdef class _InPlace(_FirstRun):
             else:
                 mode = OLD_RECOMPUTE
             if mode != OLD_NONE:
-                neighbours.clear()
+                neighbors.clear()
                 if p >= 0:
-                    neighbours = self.op_in[p]
+                    neighbors = self.op_in[p]
                 w = self._new_storage(self.size[s], p, self.index[s],
-                                      self.arena.c_cost(self.slot[s]), neighbours, p >= 0)
+                                      self.arena.c_cost(self.slot[s]), neighbors, p >= 0)
             if mode == OLD_RECOMPUTE:
-                # V is S's old value, evicted: it joins its evicted neighbours' class as an
+                # V is S's old value, evicted: it joins its evicted neighbors' class as an
                 # evicted copy would (DTR's rule), so what V's recompute needs counts in the c'
                 # of the resident storages next to it (S among them)
                 self.arena.c_evicted(self.slot[w])
@@ -83,7 +83,7 @@ cdef class _InPlace(_FirstRun):
         value V, and make o S's producer."""
         cdef int k, m, s, w, j = 0
         cdef int co
-        cdef vector[int] neighbours
+        cdef vector[int] neighbors
         for k in range(<int>self.cur_mutated.size()):
             m = self.cur_mutated[k]
             s = self.op_in[o][m]
@@ -93,12 +93,12 @@ cdef class _InPlace(_FirstRun):
                 _replace(self.op_in[o], s, w)
             self.op_out[o].push_back(s)
             if self.producer[s] >= 0:
-                # S's producer is now o: its neighbours are o's inputs (V among them)
-                neighbours.clear()
+                # S's producer is now o: its neighbors are o's inputs (V among them)
+                neighbors.clear()
                 for co in self.op_in[o]:
                     if co != s:
-                        neighbours.push_back(co)
-                self._reregister(s, self.cost[o], neighbours,
+                        neighbors.push_back(co)
+                self._reregister(s, self.cost[o], neighbors,
                                  self.arena.c_evictable(self.slot[s]), False)
                 self.producer[s] = o
                 self.index[s] = j

@@ -37,20 +37,20 @@ cdef class _Records(_Clock):
         return s
 
     cdef int _new_storage(self, int64_t size, int o, int index, double cost,
-                          vector[int]& neighbours, bint evictable) except -1:
+                          vector[int]& neighbors, bint evictable) except -1:
         cdef int s = self._new_sid()
         self.size[s] = size
         self.alive[s] = 1
         self.producer[s] = o
         self.index[s] = index
-        self._register(s, cost, neighbours, evictable)
+        self._register(s, cost, neighbors, evictable)
         return s
 
-    cdef int _register(self, int s, double cost, vector[int]& neighbours, bint evictable) except -1:
+    cdef int _register(self, int s, double cost, vector[int]& neighbors, bint evictable) except -1:
         cdef vector[int] slots
         cdef int u
-        for u in neighbours:
-            # constants never evict: they are nobody's neighbour (no decision changes, and a
+        for u in neighbors:
+            # constants never evict: they are nobody's neighbor (no decision changes, and a
             # weight read by thousands of ops stays off their lists)
             if u != s and self.slot[u] >= 0 and self.producer[u] >= 0:
                 slots.push_back(self.slot[u])

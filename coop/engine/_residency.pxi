@@ -181,7 +181,7 @@ cdef class _Residency(_Room):
         self.const_bytes += self.arena.request_size(self.size[s])
         return 0
 
-    cdef int _reregister(self, int s, double cost, vector[int]& neighbours, bint evictable,
+    cdef int _reregister(self, int s, double cost, vector[int]& neighbors, bint evictable,
                          bint settle) except -1:
         """Register resident s anew (a new producer, or none: a constant), keeping its memory
         and pins; settling a new constant, move it (a copy) to the lowest free range that holds
@@ -191,7 +191,7 @@ cdef class _Residency(_Room):
         self.arena.c_remove_storage(self.slot[s])
         self.slot[s] = -1
         self.offset[s] = -1
-        self._register(s, cost, neighbours, evictable)
+        self._register(s, cost, neighbors, evictable)
         if settle:
             lowest = self.arena.c_lowest_fit(self.arena.request_size(self.size[s]))
         if 0 <= lowest < off:

@@ -1,6 +1,6 @@
 """The runtime's eviction policies, one frozen record each.
 
-A runtime policy is a core policy (how the arena chooses victims: one of ``coop.POLICIES``) plus
+A runtime policy is a core policy (how the arena chooses victims: one of ``coop._core.POLICIES``) plus
 how the runtime drives it: whether cheap tensors go to the high end of their free range
 (``partition``), whether in-place kernels follow coop's rule or DTR's (``inplace``), and
 whether memory is a plain sum of sizes (``ideal``: an ideal arena, as DTR's simulator counted it).
@@ -17,7 +17,7 @@ class Policy:
     """One runtime policy.
 
     name: what users pass (``Runtime(policy=...)``, ``coop replay --policy``);
-    core: the arena's policy, one of ``coop.POLICIES``;
+    core: the arena's policy, one of ``coop._core.POLICIES``;
     partition: CHEAP tensors at the high end of their free range, EXPENSIVE at the low end
     (else every tensor is placed EXPENSIVE);
     inplace: coop's in-place rule (the old value of a mutated storage is recomputed or copied,
@@ -27,7 +27,7 @@ class Policy:
     before a recompute by moving its inputs (docs/core.md, Moving), where the executor can move
     memory;
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
-    of ``core`` in ``coop.POLICIES``), for Cython owners.
+    of ``core`` in ``coop._core.POLICIES``), for Cython owners.
     """
 
     name: str

@@ -3,7 +3,7 @@
 A 4x4/4 patch-embedding convolution and LayerNorm; stages of pre-LN blocks whose attention
 runs within 7x7 windows (every second block's windows shifted by 3 with coop.ops.roll, and
 masked so a window attends only within its regions), with a learned relative position bias
-per head (a (2w - 1)^2 x heads table indexed by a constant); patch merging (2x2 neighbours
+per head (a (2w - 1)^2 x heads table indexed by a constant); patch merging (2x2 neighbors
 concatenated, LayerNorm, Linear halving 4C to 2C) between stages; a final LayerNorm, global
 average pool and Linear head.
 
@@ -108,7 +108,7 @@ class SwinBlock(Module):
 
 
 class PatchMerging(Module):
-    """(B, H, W, C) -> (B, H/2, W/2, 2C): each 2x2 neighbourhood concatenated (4C, in
+    """(B, H, W, C) -> (B, H/2, W/2, 2C): each 2x2 neighborhood concatenated (4C, in
     torchvision's order), LayerNorm, Linear without bias."""
 
     def __init__(self, rt, dim, rng, dtype):

@@ -176,7 +176,7 @@ class AvgPool2d(_Pool2d):
 
 
 class Upsample(Module):
-    """Nearest-neighbour upsampling of NCHW input by an integer scale."""
+    """Nearest-neighbor upsampling of NCHW input by an integer scale."""
 
     def __init__(self, scale):
         super().__init__()

@@ -2,7 +2,7 @@
 the product) and tensordot: conv2d, its gradients ("conv2d_grad_input", "conv2d_grad_weight",
 EXPENSIVE in the paper's table), conv_transpose2d (its adjoint, built from the same pieces; it
 and its gradients are EXPENSIVE too), max_pool2d and avg_pool2d (square windows, optional
-padding) and nearest-neighbour upsampling.
+padding) and nearest-neighbor upsampling.
 """
 import numbers
 
@@ -300,7 +300,7 @@ def _upsample_grad(node, g):
 
 def upsample_nearest2d(x, scale):
     """x (N, C, H, W) -> (N, C, H * scale, W * scale): each pixel repeated in a scale x scale
-    block (nearest neighbour, integer scale)."""
+    block (nearest neighbor, integer scale)."""
     check_tensors("upsample_nearest2d", x)
     if x.ndim != 4:
         raise ValueError(f"upsample_nearest2d: x must be (N, C, H, W), got {x.shape}")
