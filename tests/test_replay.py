@@ -589,7 +589,10 @@ def test_coop_replay_into_a_closed_pipe_ends_quietly(resnet_trace):
     argv = [sys.executable, "-m", "coop", "replay", str(resnet_trace), "--budget", "0.5",
             "--json"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(coop.__file__)))
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+    # from the trace's folder: `python -m` puts the working directory first on the path, and a
+    # checkout's coop/ (sources, no built modules) would shadow the install
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          cwd=os.path.dirname(str(resnet_trace))) as proc:
         proc.stdout.close()          # before the child has loaded the trace
         err = proc.stderr.read()
         assert proc.wait(timeout=120) == 141 and err == b"", err
