@@ -100,13 +100,15 @@ cdef class Chooser:
         self.choose_one(size, policy, now, victims)
 
     cdef void choose_one(self, size_t size, int policy, double now, vector[int]& victims) noexcept:
-        """The loop policies: the candidate of lowest score (ties: lowest offset)."""
+        """The loop policies: the candidate of lowest score (ties: lowest offset); the demoted
+        ones (Arena.c_demote) before any other, ranked as if untouched since the start."""
         cdef ScanRuns runs = self.pieces.runs
         cdef Piece* at = self.pieces.at.data()
         cdef int r = runs.first, k
         cdef int best = -1
         cdef double best_score = INFINITY
-        cdef double score, m
+        cdef double score, m, last
+        cdef bint demoted, best_demoted = False
         cdef ScanRun* run
         cdef Piece* p
         while r >= 0:
@@ -114,8 +116,12 @@ cdef class Chooser:
             for k in range(run.count):
                 if not (run.flags[k] & W_CANDIDATE):
                     continue
+                last = run.last_access[k]
+                demoted = last == -INFINITY
+                if demoted:
+                    last = 0.0      # ranked among the demoted as if untouched since the start
                 if policy == P_DTR:
-                    score = run.cprime[k] / (<double>run.size[k] * _stale(run.last_access[k], now))
+                    score = run.cprime[k] / (<double>run.size[k] * _stale(last, now))
                 elif policy == P_DTE:
                     m = <double>run.size[k]
                     p = &at[run.piece[k]]
@@ -124,14 +130,17 @@ cdef class Chooser:
                         m = m + at[p.prev].size
                     if not self.ideal and p.next >= 0 and at[p.next].free:
                         m = m + at[p.next].size
-                    score = run.cprime[k] / (m * _stale(run.last_access[k], now))
+                    score = run.cprime[k] / (m * _stale(last, now))
                 elif policy == P_LRU:
-                    score = run.last_access[k]
+                    score = last
                 else:
                     score = 1.0 / <double>run.size[k]
-                if best < 0 or score < best_score:
+                # a demoted candidate (Arena.c_demote) before any other
+                if best < 0 or (demoted and not best_demoted) \
+                        or (demoted == best_demoted and score < best_score):
                     best = run.piece[k]
                     best_score = score
+                    best_demoted = demoted
             r = run.next
         if best >= 0:
             victims.push_back(at[best].storage)

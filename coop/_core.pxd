@@ -70,6 +70,7 @@ cdef class Arena:
     cdef void c_evicted(self, int slot) noexcept
     cdef void c_pin(self, int slot, int delta) noexcept
     cdef void c_touch(self, int slot, double now) noexcept
+    cdef void c_demote(self, int slot) noexcept
     cdef void c_set_evictable(self, int slot, bint flag) noexcept
     cdef void c_set_movable(self, int slot, bint flag) noexcept
     cdef int c_move(self, int slot, size_t dst) except -1

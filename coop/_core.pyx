@@ -373,6 +373,13 @@ cdef class Arena:
         self.storages.at[slot].last_access = now
         self.storages.sync(slot)
 
+    cdef void c_demote(self, int slot) noexcept:
+        """slot becomes every policy's first victim until it is touched again: its last
+        access is -inf, so coop's windows count it at h = c' / staleness = 0, as free memory,
+        and the loop policies take it before any other candidate (Chooser.choose_one)."""
+        self.storages.at[slot].last_access = -INFINITY
+        self.storages.sync(slot)
+
     cdef void c_set_evictable(self, int slot, bint flag) noexcept:
         self.storages.at[slot].evictable = flag
         self.storages.sync(slot)

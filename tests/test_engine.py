@@ -46,8 +46,110 @@ def test_a_chain_recomputes_what_it_needs_and_keeps_no_pin():
     assert stats["cost_total"] == 40.0 and stats["compute_overhead"] == 2.0
     assert e.pinned() == {} and e.clock == 40.0
     arena.check()
+    e.evict_now(b)
+    e.pin(b)
+    e.make_resident(b)                  # a's second recompute since its release: a stays,
+    e.unpin(b)                          # demoted, the first victim of every policy
+    stats = e.stats()
+    assert (stats["recomputes"], stats["eager_evictions"], stats["demotions"]) == (4, 1, 1)
+    assert e.resident(a) and arena.storage_info(a)["last_access"] == -math.inf
+    assert e.pinned() == {} and e.clock == 80.0
+    arena.check()
     e.unref(b)                          # b's record dies, then a's (only b's producer read it)
     assert e.storages() == [c] and e.live_ops == 0 and arena.stats()["used_bytes"] == KIB
+    arena.check()
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_a_storage_released_while_pinned_is_settled_at_its_last_unpin(read):
+    # the release evicts at the last unpin, as it would have at once; with no reader the
+    # record dies there too (and its memory with it)
+    e, arena = engine()
+    c = e.constant(KIB)
+    e.retain(c)
+    a = call(e, [c], KIB)
+    b = call(e, [a], KIB) if read else None
+    e.pin(a)
+    e.pin(a)
+    e.unref(a)
+    e.unpin(a)
+    assert e.resident(a) and a in e.storages()          # pinned still: nothing changes
+    e.unpin(a)
+    assert (a in e.storages(), e.resident(a)) == (read, False)
+    assert e.stats()["eager_evictions"] == int(read)
+    assert arena.stats()["used_bytes"] == (2 if read else 1) * KIB   # c, and b if made
+    arena.check()
+
+
+def diamonds(e, n):
+    """A constant c, then x_0 = f(c) and n diamonds: l_i = f(x_i), r_i = f(x_i), x_{i+1} =
+    f(l_i, r_i), 1 KiB each, every value released once read but x_n. Every one of the 2^n paths
+    from x_n down to c passes through x_0."""
+    c = e.constant(KIB)
+    e.retain(c)
+    x = call(e, [c], KIB)
+    for _ in range(n):
+        left, right = call(e, [x], KIB), call(e, [x], KIB)
+        e.unref(x)
+        x = call(e, [left, right], KIB)
+        e.unref(left)
+        e.unref(right)
+    return c, x
+
+
+@pytest.mark.parametrize("policy", [p for p in coop.POLICIES if p != "dtr-ideal"])
+def test_a_shared_released_ancestor_is_recomputed_linearly_not_once_per_path(policy):
+    # Bringing x_n back with everything else evicted (no memory pressure: 64 KiB, 32 needed).
+    # Evicting every recomputed released dependency once its reader has run recomputes x_i
+    # twice per recompute of x_{i+1} (for l_i, then again for r_i): T(0) = 1, T(i + 1) =
+    # 3 + 2 T(i), T(n) = 2^(n + 2) - 3 = 4,093 for n = 10. The rule evicts a released value
+    # only after its first recompute: x_i's first make F(i) makes l_{i-1} after a first make
+    # of x_{i-1}, then r_{i-1} after a second make S(i-1) (which keeps x_{i-1}), then x_i:
+    # F(i) = F(i-1) + S(i-1) + 3, with S(0) = 1 and S(i) = 3 (l_{i-1}, r_{i-1} and x_i again,
+    # x_{i-1} being kept; all three stay). F(0) = 1: F(n) = 6n - 1 = 59. Each of the 3n
+    # released values is evicted once, after its first recompute (30); the 28 made twice (all
+    # but l_9 and r_9) stay, demoted: with c and x_10, 30 KiB.
+    e, arena = engine(64 * KIB, policy)
+    c, x = diamonds(e, 10)
+    assert [e.resident(s) for s in e.storages()].count(True) == 2       # c and x_10
+    e.evict_now(x)
+    e.pin(x)
+    e.make_resident(x)
+    e.unpin(x)
+    stats = e.stats()
+    assert (stats["recomputes"], stats["eager_evictions"], stats["evictions"]) == (59, 30, 0)
+    assert stats["used_bytes"] == 30 * KIB
+    kept = [s for s in e.storages() if s not in (c, x) and e.resident(s)]
+    assert len(kept) == 28
+    assert all(arena.storage_info(s)["last_access"] == -math.inf for s in kept)
+    arena.check()
+    e.unref(x)               # every record dies with x_10's: nothing the program released stays
+    assert e.storages() == [c] and e.live_ops == 0 and arena.stats()["used_bytes"] == KIB
+    arena.check()
+
+
+@pytest.mark.parametrize("policy", [p for p in coop.POLICIES if p not in ("dtr-ideal", "none")])
+def test_a_demoted_dependency_is_every_policys_first_victim_and_is_freed(policy):
+    # h: 2 KiB, cost 1, untouched since the start: what every policy would evict first (dtr's
+    # and dte's lowest c' / (size x staleness), lru's oldest, size's largest, the cheapest
+    # window). a: 1 KiB, cost 1,000, released, recomputed twice for b, kept and demoted. The
+    # arena is full (5 KiB): the next KiB evicts a, and only a.
+    e, arena = engine(5 * KIB, policy)
+    c = e.constant(KIB)
+    e.retain(c)
+    h = call(e, [c], 2 * KIB, cost=1.0)
+    a = call(e, [c], KIB, cost=1000.0)
+    b = call(e, [a], KIB)
+    e.unref(a)
+    for _ in range(2):                  # a's second recompute since its release keeps it
+        e.evict_now(b)
+        e.pin(b)
+        e.make_resident(b)
+        e.unpin(b)
+    assert e.resident(a) and arena.stats()["used_bytes"] == 5 * KIB    # c, h, a, b: full
+    d = call(e, [c], KIB)
+    assert not e.resident(a) and e.resident(h) and e.resident(b) and e.resident(d)
+    assert e.stats()["evictions"] == 1 and arena.stats()["used_bytes"] == 5 * KIB
     arena.check()
 
 

@@ -63,6 +63,8 @@ cdef class _Records(_Clock):
     cdef vector[unsigned char] held    # memory held outside (a user's array): never evicted
     cdef vector[int] readers           # live ops that read it
     cdef vector[int] pins              # the engine's pins
+    cdef vector[unsigned char] released_pinned   # released while pinned: settled at its last unpin
+    cdef vector[unsigned char] remade  # recomputes since the program released it, up to 2
     cdef vector[vector[uint64_t]] consumers   # ops that read it, as (generation << 32 | op)
     cdef vector[int] needs             # scratch of _rematerialize: pending frames reading it
     cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency

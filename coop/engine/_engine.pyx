@@ -6,8 +6,8 @@ Live runs (coop.Runtime on the host, CuPy or the simulation backend), trace repl
 
 - an op's inputs are pinned while it runs, and made resident first by iterative
   rematerialization (no recursion limit): each pending op pins its inputs as they become
-  resident; a dependency recomputed only for this call is kept but demoted (first in line to be
-  evicted) after its last pending reader;
+  resident; a dependency recomputed only for this call is kept but demoted after its last
+  pending reader (one the program released, from its second recompute on: the first victim);
 - recomputable in-place: a mutated storage S's old value becomes a new storage V with S's old
   producer, readers of S are redirected to V, and the in-place op becomes S's producer (with
   the ablation, or for a constant, V holds a copy instead);

@@ -31,6 +31,8 @@ cdef class _Records(_Clock):
         self.held.push_back(0)
         self.readers.push_back(0)
         self.pins.push_back(0)
+        self.released_pinned.push_back(0)
+        self.remade.push_back(0)
         self.consumers.push_back(vector[uint64_t]())
         self.needs.push_back(0)
         self.temp.push_back(0)
@@ -197,6 +199,8 @@ cdef class _Records(_Clock):
         self.held[s] = 0
         self.readers[s] = 0
         self.pins[s] = 0
+        self.released_pinned[s] = 0
+        self.remade[s] = 0
         self.consumers[s].clear()
         self.free_sids.push_back(s)
         self.n_alive -= 1
@@ -229,12 +233,15 @@ cdef class _Records(_Clock):
 
     cdef int c_release(self, int s) except -1:
         """The program's last reference to s went away: free its memory now (a constant's
-        with its record); the record stays while a live op reads it."""
+        with its record), or at its last unpin when it is pinned; the record stays while a
+        live op reads it. The one eager eviction of a released storage: one recomputed later,
+        as a dependency, is kept (demoted) like any other."""
         self.releases += 1
         if self.release_hook is not None:
             self.release_hook(s)
-        if self.producer[s] >= 0 and self.offset[s] >= 0 and self.pins[s] == 0 \
-                and self.readers[s] > 0:
+        if self.pins[s] > 0:
+            self.released_pinned[s] = 1     # c_unpin settles it
+        elif self.producer[s] >= 0 and self.offset[s] >= 0 and self.readers[s] > 0:
             self._drop(s)   # the record stays, to recompute its readers; the memory goes now
         # with no reader (nor pin) the record dies below, and its memory with it
         self.work.clear()

@@ -3,8 +3,8 @@
 
 cdef class _Residency(_Room):
     """Pins, iterative rematerialization (no recursion limit), demotion of what was recomputed
-    only as a dependency, eager eviction of released storages, and materialize (a storage
-    becomes a constant)."""
+    only as a dependency, eager eviction of released storages (at release, or after their
+    first recompute), and materialize (a storage becomes a constant)."""
 
     cdef void c_pin(self, int s) noexcept:
         """Pin s: the policy may not evict it (it may still move) until c_unpin."""
@@ -12,13 +12,20 @@ cdef class _Residency(_Room):
         self.pins[s] += 1
 
     cdef int c_unpin(self, int s, bint release) except -1:
-        """Unpin s; with release, a storage the program no longer holds loses its memory
-        (released while pinned, or recomputed as a dependency)."""
+        """Unpin s; with release, a storage the program released while it was pinned is
+        settled at its last unpin as c_release would have: its memory goes, and its record
+        too when no live op reads it. Without (an error's unwinding: the traceback may still
+        refer to the kernel's arrays) it stays, as a storage recomputed as a dependency does."""
         self.arena.c_pin(self.slot[s], -1)
         self.pins[s] -= 1
-        if release and self.pins[s] == 0 and not self.users[s] and self.producer[s] >= 0 \
-                and self.offset[s] >= 0:
-            self._evict_eagerly(s)
+        if release and self.pins[s] == 0 and self.released_pinned[s]:
+            self.released_pinned[s] = 0
+            if self.readers[s] > 0:
+                if self.producer[s] >= 0:
+                    self._evict_eagerly(s)
+            else:
+                self.work.push_back(s)     # the caller's pending work, if any, is done too
+                self._collect()
         return 0
 
     cdef int _evict_eagerly(self, int s) except -1:
@@ -48,8 +55,11 @@ cdef class _Residency(_Room):
     cdef int _rematerialize(self, int target, vector[int]& targets) except -1:
         """Recompute target, iteratively: pin each pending op's inputs as they become
         resident, unpin them when it has run; a dependency recomputed only for this call is
-        demoted after its last pending reader (first in line to be evicted). An error leaves
-        no dependency pinned."""
+        demoted after its last pending reader (_demote), except a released one recomputed
+        for the first time since its release, evicted once unpinned. Evicting every released
+        dependency so recomputes a shared ancestor once per path through the graph's fan-outs
+        (exponentially many); keeping every one costs more at tight budgets than it saves
+        where no path shares it (docs/benchmarks.md). An error leaves no dependency pinned."""
         cdef vector[int] f_storage, f_next, f_start, f_len
         cdef vector[int] f_inputs       # the frames' unique inputs, concatenated
         cdef vector[int] touched
@@ -74,15 +84,25 @@ cdef class _Residency(_Room):
                     continue
                 if self.offset[s] < 0:
                     self._recompute(self.producer[s])
+                    if not self.users[s] and self.remade[s] < 2:
+                        self.remade[s] += 1
                     if self.offset[s] < 0:
                         raise RuntimeError(f"recomputing op {self.producer[s]} did not produce "
                                            f"storage {s}")
                 for k in range(f_start[top], f_start[top] + f_len[top]):
-                    self.c_unpin(f_inputs[k], True)
+                    dep = f_inputs[k]
+                    self.c_unpin(dep, True)
+                    # released, and recomputed once since: evicted as soon as it is unpinned
+                    # (a second recompute keeps it: the graph reads it on several paths)
+                    if self.remade[dep] == 1 and self.pins[dep] == 0:
+                        self._evict_eagerly(dep)
                 for k in range(f_start[top], f_start[top] + f_len[top]):
                     dep = f_inputs[k]
                     self.needs[dep] -= 1
-                    if self.needs[dep] == 0 and self.temp[dep] and not _contains(targets, dep):
+                    # a dependency recomputed for this call, or one the program released
+                    # (kept from an earlier call and read again), is demoted once read
+                    if self.needs[dep] == 0 and not _contains(targets, dep) and (self.temp[dep]
+                            or (not self.users[dep] and self.producer[dep] >= 0)):
                         self._demote(dep)
                 f_inputs.resize(f_start[top])
                 f_storage.pop_back()
@@ -119,9 +139,14 @@ cdef class _Residency(_Room):
         touched.push_back(s)
 
     cdef void _demote(self, int s) noexcept:
-        """Keep s, but as if untouched since the start: the first victim unless read again."""
+        """Keep resident s, demoted until read again: one the program holds (and will read) as
+        if untouched since the start; one it released (only recomputes read it) as every
+        policy's first victim (Arena.c_demote)."""
         if self.offset[s] >= 0:
-            self.arena.c_touch(self.slot[s], 0.0)
+            if self.users[s]:
+                self.arena.c_touch(self.slot[s], 0.0)
+            else:
+                self.arena.c_demote(self.slot[s])
             self.demotions += 1
 
     cdef int _recompute(self, int o) except -1:
