@@ -108,14 +108,21 @@ def test_a_live_in_place_overwrite_weighs_and_recomputes_as_dtrs_rule_does(make_
 
 
 def test_coop_completes_the_default_unrolled_gan_where_dtrs_rule_does(tmp_path):
-    # benchmarks/bench_inplace.py's program at 0.84 of its peak: coop once evicted a weight
-    # whose c' left out its overwritten old values and thrashed recomputing their chain
+    # benchmarks/bench_inplace.py's program from 1.0 of its peak down to 0.80: coop once
+    # evicted a weight whose c' left out its overwritten old values and thrashed recomputing
+    # their chain where DTR's rule completed (0.84 then)
     gan = _gan(tmp_path, 5, 3, 512, 64)
-    budget = int(0.84 * R.peak(gan))
-    ours, dtrs = (R.replay(gan, budget=budget, policy=p) for p in ("coop", "coop-no-inplace"))
-    assert (ours["status"], dtrs["status"]) == ("ok", "ok")
-    assert ours["compute_overhead"] <= dtrs["compute_overhead"]
-    assert ours["peak_used_bytes"] <= budget
+    peak = R.peak(gan)
+    completed = 0
+    for ratio in [r / 100 for r in range(100, 79, -2)]:
+        budget = int(ratio * peak)
+        ours, dtrs = (R.replay(gan, budget=budget, policy=p) for p in ("coop", "coop-no-inplace"))
+        if dtrs["status"] == "ok":
+            completed += 1
+            assert ours["status"] == "ok", ratio
+            assert ours["compute_overhead"] <= dtrs["compute_overhead"], ratio
+            assert ours["peak_used_bytes"] <= budget
+    assert completed == 7        # all but 0.90 (both thrash) and 0.84 and below (both oom)
 
 
 @pytest.mark.parametrize("shape", [(4, 3, 256, 64), (3, 2, 512, 64), (10, 2, 256, 32)])
