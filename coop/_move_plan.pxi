@@ -45,11 +45,12 @@ cdef class MovePlanner:
         grows, so that window is the best from its start. Plans are evaluated only where the
         lower bound can beat the best so far."""
         cdef Chooser scan = self.scan
-        cdef size_t total = scan.fill(now, True)
+        cdef size_t total = scan.fill(now, True, rate)
         self.v.resize(total)
         self.mover.resize(total)
         self.bins.clear()
         cdef double* hs = scan.h.data()
+        cdef double* ms = scan.mv.data()
         cdef double* vs = self.v.data()
         cdef unsigned char* lane = self.mover.data()
         cdef size_t* ss = scan.size.data()
@@ -75,7 +76,7 @@ cdef class MovePlanner:
                 self.bins.push_back(SizeOffset(SIZE_MAX - ss[j], j))
                 nfree[j + 1] += 1
             elif f & W_MOVABLE:
-                m = <double>ss[j] * rate
+                m = ms[j]
                 if not (f & W_CANDIDATE):
                     vs[j] = m
                     nmand[j + 1] += 1
@@ -203,6 +204,7 @@ cdef class MovePlanner:
         cost, largest first, then lowest address) to the forced ones is optimal. moved: the
         moved entries; cost: the plan's cost, summed in address order."""
         cdef double* hs = self.scan.h.data()
+        cdef double* ms = self.scan.mv.data()
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* fs = self.scan.flags.data()
         cdef double m, total = 0.0
@@ -219,7 +221,7 @@ cdef class MovePlanner:
                 break               # nothing can move: every piece is evicted (or free)
             if fs[t] & W_FREE or not (fs[t] & W_MOVABLE):
                 continue
-            m = <double>ss[t] * rate
+            m = ms[t]
             if not (fs[t] & W_CANDIDATE):
                 if not _fits_with(chosen[0], ss[t], outb):
                     return False
@@ -239,7 +241,7 @@ cdef class MovePlanner:
             if fs[t] & W_FREE:
                 continue
             if is_moved[t - lo]:
-                total = total + <double>ss[t] * rate
+                total = total + ms[t]
                 moved.push_back(<int>t)
             else:
                 total = total + hs[t]

@@ -48,7 +48,7 @@ def brute_force_plan(arena, nbytes, now):
             if info["evictable"]:
                 options.append(("evict", info["cprime"] / max(now - info["last_access"], 1.0)))
             if info["movable"] and math.isfinite(rate):
-                options.append(("move", nb * rate))
+                options.append(("move", nb * rate / max(now - info["last_access"], 1.0)))
         ways.append(options or None)
     best = None
     for i, j in itertools.combinations_with_replacement(range(len(pieces)), 2):
@@ -116,7 +116,7 @@ def check_plan(arena, plan, nbytes, now):
         info = arena.storage_info(sid)
         assert info["movable"] and not info["pins"]
         assert free_outside[dst] >= info["nbytes"]
-        parts.append(info["nbytes"] * arena.move_cost)
+        parts.append(info["nbytes"] * arena.move_cost / max(now - info["last_access"], 1.0))
     for sid in plan["victims"]:
         info = arena.storage_info(sid)
         assert info["evictable"] and not info["pins"]
