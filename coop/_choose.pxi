@@ -19,47 +19,62 @@ cdef struct Best:
     bint found
 
 
+ctypedef Best* BestAt
+
+# The scan's two visitors: the evict-only and compaction windows keep the cheapest (a Best), the
+# moving window hands each window to its planner, whose movers' costs sum apart. A fused type,
+# so each gets its own compiled scan with no test of the other's in the inner loop.
+ctypedef fused Visitor:
+    BestAt
+    MovePlanner
+
+
 cdef inline void scan_windows(size_t total, size_t size, double* value, size_t* cover,
                               unsigned char* flags, unsigned char keep, unsigned char* lane,
-                              MovePlanner planner, Best* best) noexcept:
+                              Visitor out) noexcept:
     """The two-pointer scan: from each start lo, the smallest window lo..j that covers size (j
     grows until it covers, then lo advances). An entry with no flag of keep is a wall; an entry
     costs value and frees cover bytes. p_right - p_left is the running-sum cost of docs/core.md:
-    both restart at a wall only, so they are the reference's sums bit for bit; with lane (may be
-    NULL), the entries with lane[j] != 0 sum apart, in q_right - q_left. Each window goes to
-    planner.visit; without a planner, best keeps the cheapest (ties: the first)."""
+    both restart at a wall only, so they are the reference's sums bit for bit. With a planner,
+    the entries with lane[j] != 0 sum apart, in q_right - q_left, and each window goes to
+    planner.visit; with a Best (lane unused), it keeps the cheapest window (ties: the first)."""
     cdef size_t j, lo = 0, covered = 0
     cdef double cost, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
-    best.found = False
-    best.cost = INFINITY
-    best.sum = 0.0
+    if Visitor is BestAt:
+        out.found = False
+        out.cost = INFINITY
+        out.sum = 0.0
     for j in range(total):
         if not (flags[j] & keep):
             p_left = p_right = q_left = q_right = 0.0
             covered = 0
             lo = j + 1
             continue
-        if lane != NULL and lane[j]:
-            q_right = q_right + value[j]
+        if Visitor is MovePlanner:
+            if lane[j]:
+                q_right = q_right + value[j]
+            else:
+                p_right = p_right + value[j]
         else:
             p_right = p_right + value[j]
         covered += cover[j]
         while covered >= size:
-            if planner is None:
+            if Visitor is MovePlanner:
+                out.visit(lo, j, p_left, p_right, q_left, q_right)
+                if lane[lo]:
+                    q_left = q_left + value[lo]
+                else:
+                    p_left = p_left + value[lo]
+            else:
                 cost = p_right - p_left
                 # the first window counts even when its cost is not a number (costs so large
                 # their sums overflow: inf - inf), as the reference's
-                if cost < best.cost or not best.found:
-                    best.found = True
-                    best.cost = cost
-                    best.lo = lo
-                    best.end = j + 1
-                    best.sum = p_right
-            else:
-                planner.visit(lo, j, p_left, p_right, q_left, q_right)
-            if lane != NULL and lane[lo]:
-                q_left = q_left + value[lo]
-            else:
+                if cost < out.cost or not out.found:
+                    out.found = True
+                    out.cost = cost
+                    out.lo = lo
+                    out.end = j + 1
+                    out.sum = p_right
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1
@@ -189,7 +204,7 @@ cdef class Chooser:
         bounds the sums' rounding); False when there is none."""
         cdef Best best
         scan_windows(total, size, self.h.data(), self.size.data(), self.flags.data(),
-                     W_FREE | W_CANDIDATE, NULL, None, &best)
+                     W_FREE | W_CANDIDATE, NULL, &best)
         if best.found:
             best_lo[0] = best.lo
             best_end[0] = best.end
@@ -245,7 +260,7 @@ cdef class Chooser:
                 vs[j] = ms[j]
                 cs[j] = 0
         cdef Best best
-        scan_windows(total, size, vs, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, NULL, None, &best)
+        scan_windows(total, size, vs, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, NULL, &best)
         if best.found:
             best_lo[0] = best.lo
             best_end[0] = best.end

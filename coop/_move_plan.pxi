@@ -106,9 +106,7 @@ cdef class MovePlanner:
         self.best_moved.clear()
         # the movers' running sums (move costs, often far larger) are apart from the others',
         # so a window without movers gets its bound as precisely as the evict-only scan's
-        cdef Best unused
-        scan_windows(total, size, vs, ss, fs, W_FREE | W_CANDIDATE | W_MOVABLE, lane, self,
-                     &unused)
+        scan_windows(total, size, vs, ss, fs, W_FREE | W_CANDIDATE | W_MOVABLE, lane, self)
         if self.best_end == 0:
             return
         plan.cost = self.best_cost
