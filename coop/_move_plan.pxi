@@ -70,7 +70,8 @@ cdef class MovePlanner:
             vs[j] = ms[j] if mover else hs[j]       # a free piece's h is 0
             ks[j] = ((free | cand | movable) * K_KEEP | mover * K_MOVER
                      | (mover & (cand ^ 1)) * K_FORCED | free * K_FREE)
-            if free:
+        for j in range(total):
+            if fs[j] & W_FREE:
                 self.bins.push_back(SizeOffset(SIZE_MAX - ss[j], j))
         sort(self.bins.begin(), self.bins.end())   # largest first, then lowest address
         self.size = size
