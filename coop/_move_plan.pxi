@@ -175,7 +175,43 @@ cdef class MovePlanner:
                 break
             pop_heap(self.heap.begin(), self.heap.end())
             self.heap.pop_back()
-            self.evaluate(lo)
+            if not (self.bound(lo, lb) > self.best_cost) or self.best_end == 0:
+                self.evaluate(lo)
+
+    cdef double bound(self, size_t lo, double lb) noexcept:
+        """A tighter bound of the window from lo (lb: its bound): its optional movers beyond
+        the free pieces outside it that its forced movers leave are evicted, at h - mv more
+        each, so the plan costs at least lb plus the smallest of those differences (+inf: its
+        forced movers have too few destinations)."""
+        cdef double* hs = self.scan.h.data()
+        cdef double* ms = self.scan.mv.data()
+        cdef size_t* ss = self.scan.size.data()
+        cdef unsigned char* ks = self.kind.data()
+        cdef size_t end = lo, covered = 0, extra
+        cdef int forced = 0, free = 0, room
+        cdef double more = 0.0
+        cdef unsigned char k
+        self.saving.clear()
+        while covered < self.size:
+            covered += ss[end]
+            k = ks[end]
+            if k & K_FORCED:
+                forced += 1
+            elif k & K_MOVER:
+                self.saving.push_back(hs[end] - ms[end])
+            free += (k & K_FREE) != 0
+            end += 1
+        room = <int>self.bins.size() - free - forced
+        if room < 0:
+            return INFINITY
+        if self.saving.size() <= <size_t>room:
+            return lb
+        extra = self.saving.size() - <size_t>room
+        nth_element(self.saving.begin(), self.saving.begin() + extra, self.saving.end())
+        for k in range(extra):
+            more = more + self.saving[k]
+        # the sum's rounding (a few ulps) is far below this margin
+        return lb + more * (1.0 - 1e-10)
 
     cdef void evaluate(self, size_t lo) noexcept:
         """The plan of the smallest window from lo that covers the request; the best so far
