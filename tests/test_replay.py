@@ -236,10 +236,8 @@ def test_dtr_records_become_coop_records(tmp_path):
          "outputs": [{"id": 3, "size": 2048, "alias": -1}], "cost": 10.0, "cls": "cheap"},
         {"op": "mutate", "name": "aten::add_", "inputs": [3, 2], "mutated": [0], "cost": 5.0,
          "cls": "cheap"},
-        {"op": "access", "id": 3},                      # COPY z2 <- z
         {"op": "release", "id": 2},                     # y and yv both released
-        {"op": "access", "id": 1},                      # COPY_FROM z2 <- x
-        {"op": "release", "id": 3},                     # z released, z2 moved to x
+        {"op": "release", "id": 3},                     # z released, z2 renamed to x
     ]
     program = R.load(path)
     assert (program.n_values, program.n_ops, program.cost_first) == (4, 4, 116.0)
@@ -736,3 +734,100 @@ def test_a_dtr_log_with_strings_replays_under_dtr_ideal_with_dtrs_mutate(tmp_pat
     assert result["status"] == "ok"
     assert (result["evictions"], result["eager_evictions"], result["recomputes"]) == (2, 2, 2)
     assert result["compute_overhead"] == (136 + 110) / 136
+
+
+def logger_lines(*steps):
+    """A DTR log as DTR's PyTorch logger writes it (aten/src/ATen/Logger.h, nlohmann's dump():
+    keys sorted, no spaces; MEMORY, ALIAS and TIME strings, MUTATE integers). Steps:
+    ("constant", name, KiB), ("call", op, args, result, KiB, ns), ("mutate", op, args,
+    indices, ns), ("copy" | "copy_from", dst, src), ("release", name), ("start",)."""
+    records = []
+    for kind, *rest in steps:
+        if kind == "constant":
+            name, kib = rest
+            records += [{"INSTRUCTION": "CONSTANT", "NAME": name},
+                        {"INSTRUCTION": "MEMORY", "NAME": name, "MEMORY": str(kib * 1024)}]
+        elif kind == "call":
+            op, args, result, kib, ns = rest
+            records += [{"INSTRUCTION": "CALL", "NAME": op, "ARGS": args, "RESULT": [result],
+                         "TIME": str(ns)},
+                        {"INSTRUCTION": "MEMORY", "NAME": result, "MEMORY": str(kib * 1024)},
+                        {"INSTRUCTION": "ALIAS", "NAME": result, "ALIAS": "-1"}]
+        elif kind == "mutate":
+            op, args, indices, ns = rest
+            records.append({"INSTRUCTION": "MUTATE", "NAME": op, "ARGS": args,
+                            "MUTATE": indices, "TIME": str(ns)})
+        elif kind in ("copy", "copy_from"):
+            dst, src = rest
+            records.append({"INSTRUCTION": kind.upper(), "DST": dst, "SRC": src})
+        elif kind == "release":
+            records.append({"INSTRUCTION": "RELEASE", "NAME": rest[0]})
+        else:
+            records.append({"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"})
+    return "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in records)
+
+
+#: a, copied to a2 while resident, is evicted for h; a2 is then copied to a3 while a is
+#: evicted, and a3 released unread
+COPIED_AND_RELEASED = logger_lines(
+    ("constant", "w", 1), ("start",),
+    ("call", "f", ["w"], "a", 2, 100), ("call", "g", ["w"], "b", 2, 10),
+    ("copy", "a2", "a"), ("release", "a"),
+    ("call", "h", ["w", "b"], "c", 1, 20),
+    ("copy", "a3", "a2"), ("release", "a2"), ("release", "a3"),
+    ("call", "p", ["c", "b"], "d", 1, 1),
+    ("release", "b"), ("release", "c"), ("release", "d"))
+
+
+def test_a_dtr_copy_is_a_rename_so_a_copied_evicted_storage_dies_unread(tmp_path):
+    """DTR's simulator (simrd/parse/parse.py: COPY is a GGet of SRC, RuntimeV2.get only adds
+    a reference) never reads SRC for a COPY. By hand, in 5 KiB: f, g fill it (w, a, b); h
+    needs 1 KiB with w and b pinned: a is the one candidate, evicted (1). COPY a3 <- a2 and
+    the releases only move and drop names: a dies evicted, never recomputed; p fits beside
+    w, b, c (5 KiB). Reading a at the COPY would have recomputed f, evicting b or c for it."""
+    path = tmp_path / "log.jsonl"
+    path.write_text(COPIED_AND_RELEASED)
+    assert path.read_text().splitlines()[9] == '{"DST":"a2","INSTRUCTION":"COPY","SRC":"a"}'
+    records = [record for _, record in import_dtr(path)]
+    assert [r["op"] for r in records] == ["constant", "start", "call", "call", "call",
+                                          "release", "call", "release", "release", "release"]
+    assert records[5] == {"op": "release", "id": 1}         # a's storage, at RELEASE a3
+    result = R.replay(path, budget=5 * 1024, policy="dtr-ideal", check=True)
+    assert result["status"] == "ok"
+    assert (result["evictions"], result["eager_evictions"], result["recomputes"]) == (1, 0, 0)
+    assert result["compute_overhead"] == 1.0
+
+
+#: COPY of an evicted storage, a MUTATE under DTR's rule, and a COPY_FROM that drops the
+#: last name of an evicted storage
+COPY_MUTATE_LOG = logger_lines(
+    ("constant", "w", 1), ("start",),
+    ("call", "f", ["w"], "a", 2, 100), ("copy", "a2", "a"),
+    ("call", "g", ["w"], "b", 2, 10), ("release", "a"),
+    ("call", "h", ["w", "b"], "c", 2, 20),
+    ("copy", "a3", "a2"), ("release", "a2"),
+    ("mutate", "aten::relu_", ["c"], [0], 5),
+    ("copy_from", "a3", "c"), ("release", "c"),
+    ("call", "p", ["a3", "b"], "d", 1, 1),
+    ("release", "a3"), ("release", "b"), ("release", "d"))
+
+
+def test_dtr_ideal_replays_copy_copy_from_and_mutate_as_dtrs_simulator_does(tmp_path):
+    """By hand, in 6 KiB (w is a 1 KiB constant; every eviction has one candidate):
+    f (a, 2 KiB; a2 names it too), g (b): 5 KiB. h needs 2 KiB with w, b pinned: a is
+    evicted (evictions 1); w, b, c: 5 KiB. COPY a3 <- a2 adds a name, reads nothing.
+    MUTATE c (DTR's rule): the old value is copied, 2 KiB, with c pinned: b is evicted
+    (evictions 2); the op runs; the copy, unnamed, is released (eager 1): w, c, 3 KiB.
+    COPY_FROM a3 <- c drops a's last name: a dies evicted, unread; a3 names c. p reads c
+    (resident) and b (evicted): g is recomputed (recomputes 1, 10 ns), w, c, b: 5 KiB, and
+    d fits (6 KiB). First runs 100 + 10 + 20 + 5 + 1 = 136 ns; executed 136 + 10."""
+    path = tmp_path / "log.jsonl"
+    path.write_text(COPY_MUTATE_LOG)
+    assert '{"ARGS":["c"],"INSTRUCTION":"MUTATE","MUTATE":[0],"NAME":"aten::relu_",' \
+           '"TIME":"5"}' in path.read_text().splitlines()
+    assert all(r["op"] != "access" for _, r in import_dtr(path))
+    result = R.replay(path, budget=6 * 1024, policy="dtr-ideal", check=True)
+    assert result["status"] == "ok"
+    assert (result["evictions"], result["eager_evictions"], result["recomputes"]) == (2, 1, 1)
+    assert result["cost_first"] == 136.0
+    assert result["compute_overhead"] == (136 + 10) / 136

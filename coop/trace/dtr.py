@@ -143,8 +143,9 @@ def import_dtr(path):
             if instr == "COPY" and dst in names:
                 raise TraceError(f"{where(lineno)}: COPY to {dst[:80]!r}, which already names a "
                                  "value (COPY_FROM reassigns)")
+            # a rename, as in DTR's simulator (a COPY only adds a reference to SRC's storage:
+            # no access, so an evicted SRC is not recomputed until something reads it)
             release = bind(dst, src)
-            yield lineno, {"op": "access", "id": src}
             if release:
                 yield lineno, release
         elif instr == "RELEASE":
