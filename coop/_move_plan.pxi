@@ -187,7 +187,7 @@ cdef class MovePlanner:
         cdef double* ms = self.scan.mv.data()
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* ks = self.kind.data()
-        cdef size_t end = lo, covered = 0, extra
+        cdef size_t end = lo, covered = 0, extra, i
         cdef int forced = 0, free = 0, room
         cdef double more = 0.0
         cdef unsigned char k
@@ -208,8 +208,8 @@ cdef class MovePlanner:
             return lb
         extra = self.saving.size() - <size_t>room
         nth_element(self.saving.begin(), self.saving.begin() + extra, self.saving.end())
-        for k in range(extra):
-            more = more + self.saving[k]
+        for i in range(extra):       # (a size_t: more than 255 pieces may be evicted)
+            more = more + self.saving[i]
         # the sum's rounding (a few ulps) is far below this margin
         return lb + more * (1.0 - 1e-10)
 

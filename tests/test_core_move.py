@@ -417,3 +417,25 @@ def test_move_cost_and_move_errors(Arena):
     arena.move(0, 128)
     assert arena.storage_info(0)["offset"] == 128
     arena.check()
+
+
+def test_a_window_evicting_hundreds_of_its_movers(Arena):
+    """Two blocks of 300 movers (a move costs 1, an eviction 8) and two free pieces: the full
+    pass bounds windows that must evict 298 movers (a count past any narrow loop counter) and
+    finds the reference's plan: the second block's last 299 pieces with the free piece above
+    them, one moved into the other free piece, 298 evicted."""
+    n = 300
+    layout = ([(64, s) for s in range(n)] + [(64, None)] + [(64, s) for s in range(n, 2 * n)]
+              + [(64, "free"), (64, None), (64, "free")])
+    plans = []
+    for A in (Arena, ReferenceArena):
+        arena = A(sum(nbytes for nbytes, _ in layout))
+        storages(arena, [8] * (2 * n))
+        build(arena, layout)
+        arena.move_cost = 1 / 64
+        plans.append(arena.choose_plan(64 * n, "coop", 0))
+    assert plans[0] == plans[1]
+    assert plans[0]["moves"] == [(n + 1, 64 * (2 * n + 3))]
+    assert plans[0]["victims"] == list(range(n + 2, 2 * n))
+    assert (plans[0]["cost"], plans[0]["start"], plans[0]["pieces"]) == (1 + 8 * (n - 2),
+                                                                         64 * (n + 2), n)
