@@ -212,6 +212,7 @@ cdef class MovePlanner:
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
                     double q_right, int forced, int movers, int free) noexcept
+    cdef size_t fill(self, double now, double rate) noexcept
     cdef void full(self, size_t total) noexcept
     cdef void best_first(self, size_t total) noexcept
     cdef void evaluate(self, size_t lo) noexcept

@@ -45,34 +45,10 @@ cdef class MovePlanner:
         exact plan only grows dearer and less feasible as the window grows) and its bound;
         then plans are evaluated best-first (docs/core.md, "Moving")."""
         cdef Chooser scan = self.scan
-        cdef size_t total = scan.fill(now, True, rate)
-        cdef size_t largest = scan.pieces.largest_free()
-        self.v.resize(total)
-        self.kind.resize(total)
-        self.lbs.resize(total)
-        self.bins.clear()
-        cdef double* hs = scan.h.data()
-        cdef double* ms = scan.mv.data()
+        cdef size_t total = self.fill(now, rate)
         cdef double* vs = self.v.data()
         cdef unsigned char* ks = self.kind.data()
         cdef size_t* ss = scan.size.data()
-        cdef unsigned char* fs = scan.flags.data()
-        cdef size_t j
-        cdef unsigned char f, free, cand, movable, mover
-        # branch-free (the kinds of neighbors are unrelated: branches on them mispredict)
-        for j in range(total):
-            f = fs[j]
-            free = (f & W_FREE) != 0
-            cand = (f & W_CANDIDATE) != 0
-            # a piece no free piece holds cannot move, whatever the window
-            movable = ((f & W_MOVABLE) != 0) & (ss[j] <= largest)
-            mover = movable & ((cand ^ 1) | (ms[j] < hs[j]))
-            vs[j] = ms[j] if mover else hs[j]       # a free piece's h is 0
-            ks[j] = ((free | cand | movable) * K_KEEP | mover * K_MOVER
-                     | (mover & (cand ^ 1)) * K_FORCED | free * K_FREE)
-        for j in range(total):
-            if fs[j] & W_FREE:
-                self.bins.push_back(SizeOffset(SIZE_MAX - ss[j], j))
         sort(self.bins.begin(), self.bins.end())   # largest first, then lowest address
         self.size = size
         self.rate = rate
@@ -92,6 +68,71 @@ cdef class MovePlanner:
         plan.start = <Py_ssize_t>scan.pieces.at[scan.piece[self.best_lo]].offset
         plan.pieces = <Py_ssize_t>(self.best_end - self.best_lo)
         self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
+
+    cdef size_t fill(self, double now, double rate) noexcept:
+        """Chooser.fill's sweep for this window, in one pass: the scan's scratch arrays (h, mv,
+        sizes, flags, pieces) and each entry's kind and cheapest way out, v (a movable piece
+        that is not a candidate must move, a candidate moves when mv < h; a piece no free piece
+        holds cannot move, whatever the window; a wall has no kind), and the free entries in
+        bins. Returns the number of entries."""
+        cdef Chooser scan = self.scan
+        cdef size_t total = <size_t>scan.pieces.count
+        cdef size_t largest = scan.pieces.largest_free()
+        if scan.h.size() < total:
+            scan.h.resize(total)
+            scan.size.resize(total)
+            scan.flags.resize(total)
+        if scan.piece.size() < total:
+            scan.piece.resize(total)
+        if scan.mv.size() < total:
+            scan.mv.resize(total)
+        self.v.resize(total)
+        self.kind.resize(total)
+        self.lbs.resize(total)
+        self.bins.clear()
+        cdef double* hs = scan.h.data()
+        cdef double* ms = scan.mv.data()
+        cdef double* vs = self.v.data()
+        cdef unsigned char* ks = self.kind.data()
+        cdef ScanRuns runs = scan.pieces.runs
+        cdef ScanRun* run
+        cdef int r = runs.first, k
+        cdef size_t base = 0, j
+        cdef double s, h, m
+        cdef uint64_t hb, mb
+        cdef unsigned char f, free, cand, movable, mover
+        while r >= 0:
+            run = &runs.runs[r]
+            # branch-free (the kinds of neighbors are unrelated: branches on them mispredict)
+            for k in range(run.count):
+                s = now - run.last_access[k]
+                s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
+                h = run.cprime[k] / s
+                m = <double>run.size[k] * rate / s
+                f = run.flags[k]
+                free = (f & W_FREE) != 0
+                cand = (f & W_CANDIDATE) != 0
+                movable = ((f & W_MOVABLE) != 0) & (run.size[k] <= largest)
+                mover = movable & ((cand ^ 1) | (m < h))
+                hs[base + k] = h
+                ms[base + k] = m
+                # v = m if mover else h, bit for bit and without a branch (a free piece's h is
+                # 0): the movers are mixed at random, so a branch mispredicts
+                memcpy(&hb, &h, sizeof(double))
+                memcpy(&mb, &m, sizeof(double))
+                hb = hb ^ ((hb ^ mb) & (<uint64_t>0 - <uint64_t>mover))
+                memcpy(&vs[base + k], &hb, sizeof(double))
+                ks[base + k] = ((free | cand | movable) * K_KEEP | mover * K_MOVER
+                                | (mover & (cand ^ 1)) * K_FORCED | free * K_FREE)
+            memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
+            memcpy(&scan.flags[base], run.flags, run.count)
+            memcpy(&scan.piece[base], run.piece, run.count * sizeof(int))
+            for k in range(run.count):          # free pieces are few: a predictable branch
+                if run.flags[k] & W_FREE:
+                    self.bins.push_back(SizeOffset(SIZE_MAX - run.size[k], base + k))
+            base += run.count
+            r = run.next
+        return total
 
     cdef void full(self, size_t total) noexcept:
         """The full pass: the movers' costs in a lane of their own (so a window without movers
