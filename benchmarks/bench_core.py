@@ -112,9 +112,11 @@ def fragmented_arena(arena_type, n, min_bytes, max_bytes, holes, seed):
     return arena, offsets, 2000.0
 
 
-#: b with moving on: the cost of moving a byte (h of these pieces is 1e-4 to 1e-2: a 4 KiB
-#: piece moves for 4e-3), and the share of the pieces that are walls only moving passes
-MOVE_COST = 1e-6
+#: b with moving on: the cost of moving a byte. A piece moves rather than being evicted when
+#: its copy, size * MOVE_COST, is below its c' (0.1 to 10 and more; docs/core.md, "Moving"):
+#: 71% of these pieces (64 B to 4 KiB; a 4 KiB piece copies for 6.1), and the share of the
+#: pieces that are walls only moving passes
+MOVE_COST = 1.5e-3
 WALLS = 0.01
 
 

@@ -19,53 +19,89 @@ cdef struct Best:
     bint found
 
 
-ctypedef Best* BestAt
+cdef struct Ranked:
+    # the cheapest window, and a bound from below of every other window's cost (the moving
+    # window's first pass)
+    Best best
+    double second       # the least over the other windows of cost - sum * 1e-10
+    bint unsure         # a cost that is not a number was seen: second bounds nothing
 
-# The scan's two visitors: the evict-only and compaction windows keep the cheapest (a Best), the
-# moving window hands each window to its planner, whose movers' costs sum apart. A fused type,
-# so each gets its own compiled scan with no test of the other's in the inner loop.
+
+ctypedef Best* BestAt
+ctypedef Ranked* RankedAt
+
+# The scan's visitors: the evict-only and compaction windows keep the cheapest (a Best), the
+# moving window's first pass the cheapest and a bound of the others (a Ranked), and its full
+# pass hands each window to the planner, whose movers' costs sum apart. A fused type, so each
+# gets its own compiled scan with no test of the others' in the inner loop.
 ctypedef fused Visitor:
     BestAt
+    RankedAt
     MovePlanner
 
 
-cdef inline void scan_windows(size_t total, size_t size, double* value, size_t* cover,
-                              unsigned char* flags, unsigned char keep, unsigned char* lane,
+cdef enum:
+    # the moving window's entry kinds (MovePlanner.kind), bits
+    K_KEEP = 1         # not a wall
+    K_MOVER = 2        # its cheaper way out is a move: its cost sums in the movers' lane
+    K_FORCED = 4       # it must move (movable, not a candidate)
+    K_FREE = 8         # a free piece
+
+
+cdef inline void scan_windows(size_t total, size_t size, double* value, double* lane,
+                              size_t* cover, unsigned char* flags, unsigned char keep,
                               Visitor out) noexcept:
     """The two-pointer scan: from each start lo, the smallest window lo..j that covers size (j
     grows until it covers, then lo advances). An entry with no flag of keep is a wall; an entry
     costs value and frees cover bytes. p_right - p_left is the running-sum cost of docs/core.md:
     both restart at a wall only, so they are the reference's sums bit for bit. With a planner,
-    the entries with lane[j] != 0 sum apart, in q_right - q_left, and each window goes to
-    planner.visit; with a Best (lane unused), it keeps the cheapest window (ties: the first)."""
+    flags are kinds (K_*), the movers' costs are in lane (and 0.0 in value) and sum apart, in
+    q_right - q_left, the window's forced movers, movers and free entries are counted, and each
+    window goes to planner.visit; with a Best (lane unused), it keeps the cheapest window
+    (ties: the first)."""
     cdef size_t j, lo = 0, covered = 0
-    cdef double cost, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
+    cdef double cost, lb, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
+    cdef int forced = 0, movers = 0, free = 0
+    cdef unsigned char f
     if Visitor is BestAt:
         out.found = False
         out.cost = INFINITY
         out.sum = 0.0
+    if Visitor is RankedAt:
+        out.best.found = False
+        out.best.cost = INFINITY
+        out.best.sum = 0.0
+        out.second = INFINITY
+        out.unsure = False
     for j in range(total):
-        if not (flags[j] & keep):
+        f = flags[j]
+        if not (f & keep):
             p_left = p_right = q_left = q_right = 0.0
             covered = 0
+            forced = movers = free = 0
             lo = j + 1
             continue
         if Visitor is MovePlanner:
-            if lane[j]:
-                q_right = q_right + value[j]
-            else:
-                p_right = p_right + value[j]
+            # no branch: an entry is 0.0 in the other lane, and adding 0.0 leaves a running
+            # sum (>= 0, or NaN) as it is
+            p_right = p_right + value[j]
+            q_right = q_right + lane[j]
+            movers += (f & K_MOVER) != 0
+            forced += (f & K_FORCED) != 0
+            free += (f & K_FREE) != 0
         else:
             p_right = p_right + value[j]
         covered += cover[j]
         while covered >= size:
             if Visitor is MovePlanner:
-                out.visit(lo, j, p_left, p_right, q_left, q_right)
-                if lane[lo]:
-                    q_left = q_left + value[lo]
-                else:
-                    p_left = p_left + value[lo]
-            else:
+                out.visit(lo, p_left, p_right, q_left, q_right, forced, movers, free)
+                f = flags[lo]
+                p_left = p_left + value[lo]
+                q_left = q_left + lane[lo]
+                movers -= (f & K_MOVER) != 0
+                forced -= (f & K_FORCED) != 0
+                free -= (f & K_FREE) != 0
+            elif Visitor is BestAt:
                 cost = p_right - p_left
                 # the first window counts even when its cost is not a number (costs so large
                 # their sums overflow: inf - inf), as the reference's
@@ -75,6 +111,21 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, size_t* 
                     out.lo = lo
                     out.end = j + 1
                     out.sum = p_right
+                p_left = p_left + value[lo]
+            else:
+                cost = p_right - p_left
+                lb = cost - p_right * 1e-10     # below the exact sum (MovePlanner.visit)
+                if cost < out.best.cost or not out.best.found:
+                    if out.best.found and out.best.cost - out.best.sum * 1e-10 < out.second:
+                        out.second = out.best.cost - out.best.sum * 1e-10
+                    out.best.found = True
+                    out.best.cost = cost
+                    out.best.lo = lo
+                    out.best.end = j + 1
+                    out.best.sum = p_right
+                elif lb < out.second:
+                    out.second = lb
+                out.unsure = out.unsure or cost != cost
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1
@@ -108,7 +159,7 @@ cdef class Chooser:
             if isfinite(rate) and not self.ideal:
                 self.planner.choose(size, now, rate, victims, plan)
             else:
-                total = self.fill(now, False)
+                total = self.fill(now, False, INFINITY)
                 if self.evict_window(size, total, &lo, &end, &cost, &ignored):
                     self.take_window(lo, end, cost, victims, plan)
             return
@@ -160,18 +211,23 @@ cdef class Chooser:
         if best >= 0:
             victims.push_back(at[best].storage)
 
-    cdef size_t fill(self, double now, bint pieces) noexcept:
+    cdef size_t fill(self, double now, bint pieces, double rate) noexcept:
         """Sweep the scan runs into the flat scratch arrays, address order: h = c' / staleness
         (in a branch-free loop the compiler vectorises), sizes, flags and, with pieces, the
-        piece indices. Returns the number of entries."""
+        piece indices; with rate finite, also each entry's move on h's scale, bytes * rate /
+        staleness (docs/core.md, "Moving"). Returns the number of entries."""
         cdef size_t total = <size_t>self.pieces.count
+        cdef bint moving = isfinite(rate)
         if self.h.size() < total:
             self.h.resize(total)
             self.size.resize(total)
             self.flags.resize(total)
         if pieces and self.piece.size() < total:
             self.piece.resize(total)
+        if moving and self.mv.size() < total:
+            self.mv.resize(total)
         cdef double* hs = self.h.data()
+        cdef double* ms = self.mv.data()
         cdef size_t* ss = self.size.data()
         cdef unsigned char* fs = self.flags.data()
         cdef int* ps = self.piece.data()
@@ -182,10 +238,17 @@ cdef class Chooser:
         cdef double s
         while r >= 0:
             run = &runs.runs[r]
-            for k in range(run.count):
-                s = now - run.last_access[k]
-                s = s if s > 1.0 else 1.0           # _stale, in the form that vectorises
-                hs[base + k] = run.cprime[k] / s    # free pieces mirror c' = 0
+            if moving:
+                for k in range(run.count):
+                    s = now - run.last_access[k]
+                    s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
+                    hs[base + k] = run.cprime[k] / s
+                    ms[base + k] = <double>run.size[k] * rate / s
+            else:
+                for k in range(run.count):
+                    s = now - run.last_access[k]
+                    s = s if s > 1.0 else 1.0
+                    hs[base + k] = run.cprime[k] / s    # free pieces mirror c' = 0
             memcpy(&ss[base], run.size, run.count * sizeof(size_t))
             memcpy(&fs[base], run.flags, run.count)
             if pieces:
@@ -200,8 +263,8 @@ cdef class Chooser:
         entries [best_lo, best_end), its cost (running sums) and the running sum at it (what
         bounds the sums' rounding); False when there is none."""
         cdef Best best
-        scan_windows(total, size, self.h.data(), self.size.data(), self.flags.data(),
-                     W_FREE | W_CANDIDATE, NULL, &best)
+        scan_windows(total, size, self.h.data(), NULL, self.size.data(), self.flags.data(),
+                     W_FREE | W_CANDIDATE, &best)
         if best.found:
             best_lo[0] = best.lo
             best_end[0] = best.end
@@ -237,15 +300,16 @@ cdef class Chooser:
                              size_t* best_end) noexcept:
         """The compaction window (docs/core.md, "Moving"): the cheapest run of entries, none a
         wall, whose free and candidate bytes cover size; candidates cost h, movers (movable,
-        not candidates) a copy and free no bytes. Entries [best_lo, best_end) of fill's
+        not candidates) a copy (on h's scale) and free no bytes. Entries [best_lo, best_end) of fill's
         arrays; False when there is none."""
-        cdef size_t total = self.fill(now, False), j
+        cdef size_t total = self.fill(now, False, rate), j
         if self.value.size() < total:
             self.value.resize(total)
             self.cover.resize(total)
         cdef double* hs = self.h.data()
         cdef size_t* ss = self.size.data()
         cdef unsigned char* fs = self.flags.data()
+        cdef double* ms = self.mv.data()
         cdef double* vs = self.value.data()
         cdef size_t* cs = self.cover.data()
         for j in range(total):
@@ -253,10 +317,10 @@ cdef class Chooser:
                 vs[j] = hs[j]
                 cs[j] = ss[j]
             else:             # a mover (or a wall): stays in the window, its bytes cost a copy
-                vs[j] = <double>ss[j] * rate
+                vs[j] = ms[j]
                 cs[j] = 0
         cdef Best best
-        scan_windows(total, size, vs, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, NULL, &best)
+        scan_windows(total, size, vs, NULL, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, &best)
         if best.found:
             best_lo[0] = best.lo
             best_end[0] = best.end

@@ -16,10 +16,10 @@ Layer: the bottom of coop; imports only coop.errors.
 """
 cimport cython
 from cython.operator cimport dereference as deref, predecrement
-from libc.math cimport INFINITY, isfinite
-from libc.stdint cimport SIZE_MAX, int64_t
+from libc.math cimport INFINITY, NAN, isfinite
+from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
 from libc.string cimport memcpy
-from libcpp.algorithm cimport sort
+from libcpp.algorithm cimport make_heap, nth_element, pop_heap, sort
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from operator import index as _index

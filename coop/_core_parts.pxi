@@ -168,13 +168,14 @@ cdef class Chooser:
     cdef vector[size_t] size            # ... its size
     cdef vector[unsigned char] flags    # ... its flags
     cdef vector[int] piece              # ... its piece (fill with pieces)
+    cdef vector[double] mv              # ... its move on h's scale (fill with a finite rate)
     cdef vector[double] value           # compact_window's scratch: an entry's cost in the window
     cdef vector[size_t] cover           # ... the bytes it frees
     cdef MovePlanner planner            # the window when pieces may move
     cdef void choose(self, size_t size, int policy, double now, double rate,
                      vector[int]& victims, MovePlan* plan) noexcept
     cdef void choose_one(self, size_t size, int policy, double now, vector[int]& victims) noexcept
-    cdef size_t fill(self, double now, bint pieces) noexcept
+    cdef size_t fill(self, double now, bint pieces, double rate) noexcept
     cdef bint evict_window(self, size_t size, size_t total, size_t* best_lo, size_t* best_end,
                            double* best_cost, double* best_sum) noexcept
     cdef void take_window(self, size_t best_lo, size_t best_end, double best_cost,
@@ -186,26 +187,36 @@ cdef class Chooser:
 @cython.final
 cdef class MovePlanner:
     cdef Chooser scan                   # the scratch arrays that fill swept
-    cdef vector[double] v               # an entry's cheapest way out of a window
-    cdef vector[unsigned char] mover    # ... 1 when that is a move
+    cdef vector[double] v               # an entry's cheapest way out of a window (full: if no move)
+    cdef vector[double] q               # ... full: if a move (each entry is 0.0 in one of v, q)
+    cdef vector[unsigned char] kind     # ... its kind for the scan (K_* bits; 0: a wall)
     cdef vector[SizeOffset] bins        # the free entries as (SIZE_MAX - size, entry)
-    cdef vector[int] nfree              # free entries before each entry (a prefix count)
-    cdef vector[int] nmand              # ... entries that must move (movable, not candidates)
-    cdef vector[int] nopt               # ... candidates whose move is cheaper than their h
+    cdef vector[double] lbs             # the smallest window from each start: its bound (NaN: none)
+    cdef size_t next_lo                 # the scan's next start without a bound yet
+    cdef double least                   # the window of least bound: its bound
+    cdef size_t least_lo                # ... its start (the number of entries: none)
+    cdef vector[pair[double, Py_ssize_t]] heap  # best_first's windows as (-bound, -start)
+    cdef vector[double] saving          # bound's scratch: the optional movers' h - mv
     cdef vector[size_t] outb            # plan's scratch: free sizes outside the window
     cdef vector[size_t] chosen          # ... moved sizes, largest first
     cdef vector[unsigned char] moved_flag   # ... moved entries of the window
     cdef vector[int] moved              # ... the plan's moved entries
-    cdef double rate                    # the search's move cost per byte
-    cdef double ub                      # ... the evict-only window's cost, a bound from above
+    cdef size_t size                    # the search's request
+    cdef double rate                    # ... its move cost per byte
+    cdef double ub                      # ... the least cost (from above) of a window seen that moves nothing
     cdef double best_cost               # ... the best plan so far: its cost
     cdef size_t best_lo                 # ... its entries, best_lo..best_end-1 (best_end 0: none)
     cdef size_t best_end
     cdef vector[int] best_moved         # ... its moved entries
     cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
                      MovePlan* plan) noexcept
-    cdef void visit(self, size_t lo, size_t j, double p_left, double p_right, double q_left,
-                    double q_right) noexcept
+    cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
+                    double q_right, int forced, int movers, int free) noexcept
+    cdef size_t fill(self, double now, double rate) noexcept
+    cdef void full(self, size_t total) noexcept
+    cdef void best_first(self, size_t total) noexcept
+    cdef void evaluate(self, size_t lo) noexcept
+    cdef double bound(self, size_t lo, double lb) noexcept
     cdef bint plan(self, size_t lo, size_t end, double rate, vector[size_t]& outb,
                    vector[int]& moved, double* cost) noexcept
     cdef void destinations(self, size_t best_lo, size_t best_end, vector[int]& best_moved,

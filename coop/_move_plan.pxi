@@ -37,75 +37,31 @@ cdef class MovePlanner:
 
     cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
                      MovePlan* plan) noexcept:
-        """Each piece of a window leaves it by the cheaper of eviction (h) and moving (its bytes
-        times rate); a movable piece that is not a candidate must move, a piece that is neither
-        is a wall. v = that cheaper cost is a lower bound of the piece's share, so the
-        two-pointer scan over v finds, from each start, the smallest window that covers the
-        request; a window's exact plan (plan) only grows dearer and less feasible as the window
-        grows, so that window is the best from its start. Plans are evaluated only where the
-        lower bound can beat the best so far."""
+        """Each piece of a window leaves it by the cheaper of eviction (h) and moving (its move
+        on h's scale, mv); a movable piece that is not a candidate must move, a piece that is
+        neither is a wall, and so is one that must move but is larger than every free piece.
+        v = that cheaper cost is a lower bound of the piece's share, so the two-pointer scan
+        over v finds, from each start, the smallest window that covers the request (a window's
+        exact plan only grows dearer and less feasible as the window grows) and its bound;
+        then plans are evaluated best-first (docs/core.md, "Moving")."""
         cdef Chooser scan = self.scan
-        cdef size_t total = scan.fill(now, True)
-        self.v.resize(total)
-        self.mover.resize(total)
-        self.bins.clear()
-        cdef double* hs = scan.h.data()
+        cdef size_t total = self.fill(now, rate)
         cdef double* vs = self.v.data()
-        cdef unsigned char* lane = self.mover.data()
+        cdef unsigned char* ks = self.kind.data()
         cdef size_t* ss = scan.size.data()
-        cdef unsigned char* fs = scan.flags.data()
-        cdef size_t j
-        cdef double m
-        cdef unsigned char f
-        self.nfree.resize(total + 1)
-        self.nmand.resize(total + 1)
-        self.nopt.resize(total + 1)
-        cdef int* nfree = self.nfree.data()
-        cdef int* nmand = self.nmand.data()
-        cdef int* nopt = self.nopt.data()
-        nfree[0] = nmand[0] = nopt[0] = 0
-        for j in range(total):
-            f = fs[j]
-            nfree[j + 1] = nfree[j]
-            nmand[j + 1] = nmand[j]
-            nopt[j + 1] = nopt[j]
-            lane[j] = 0
-            if f & W_FREE:
-                vs[j] = 0.0
-                self.bins.push_back(SizeOffset(SIZE_MAX - ss[j], j))
-                nfree[j + 1] += 1
-            elif f & W_MOVABLE:
-                m = <double>ss[j] * rate
-                if not (f & W_CANDIDATE):
-                    vs[j] = m
-                    nmand[j + 1] += 1
-                    lane[j] = 1
-                elif m < hs[j]:
-                    vs[j] = m
-                    nopt[j + 1] += 1
-                    lane[j] = 1
-                else:
-                    vs[j] = hs[j]
-            else:
-                vs[j] = hs[j]
-        # an upper bound: the cheapest window that only evicts, so that windows that cannot
-        # beat it are skipped before the best so far is known
-        cdef size_t ev_lo, ev_end
-        cdef double ev_cost, ev_sum
-        cdef double ub = INFINITY
-        if scan.evict_window(size, total, &ev_lo, &ev_end, &ev_cost, &ev_sum):
-            ub = ev_cost + ev_sum * 1e-10           # above the exact sum (see lb below)
-        if ub != ub:
-            ub = INFINITY
         sort(self.bins.begin(), self.bins.end())   # largest first, then lowest address
-        self.ub = ub
+        self.size = size
         self.rate = rate
-        self.best_cost = INFINITY
+        # first pass: the window of least bound; when its plan costs less than every other
+        # window's bound, it is the choice (docs/core.md, "Moving": a search that stays cheap)
+        cdef Ranked first
+        scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
         self.best_end = 0
         self.best_moved.clear()
-        # the movers' running sums (move costs, often far larger) are apart from the others',
-        # so a window without movers gets its bound as precisely as the evict-only scan's
-        scan_windows(total, size, vs, ss, fs, W_FREE | W_CANDIDATE | W_MOVABLE, lane, self)
+        if first.best.found and not first.unsure:
+            self.evaluate(first.best.lo)
+        if self.best_end == 0 or not (first.second > self.best_cost):
+            self.full(total)
         if self.best_end == 0:
             return
         plan.cost = self.best_cost
@@ -113,41 +69,222 @@ cdef class MovePlanner:
         plan.pieces = <Py_ssize_t>(self.best_end - self.best_lo)
         self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
 
-    cdef void visit(self, size_t lo, size_t j, double p_left, double p_right, double q_left,
-                    double q_right) noexcept:
-        """The window of entries lo..j: its exact plan when its lower bound (the running sums
-        of v) can beat both the best plan so far and the evict-only bound."""
-        cdef int* nfree = self.nfree.data()
-        cdef int* nmand = self.nmand.data()
-        cdef int* nopt = self.nopt.data()
-        cdef int n_bins = <int>self.bins.size(), n_mand, n_out, n_movers
-        cdef double lb, cost
-        cdef size_t i
+    cdef size_t fill(self, double now, double rate) noexcept:
+        """Chooser.fill's sweep for this window, in one pass: the scan's scratch arrays (h, mv,
+        sizes, flags, pieces) and each entry's kind and cheapest way out, v (a movable piece
+        that is not a candidate must move, a candidate moves when mv < h; a piece no free piece
+        holds cannot move, whatever the window; a wall has no kind), and the free entries in
+        bins. Returns the number of entries."""
+        cdef Chooser scan = self.scan
+        cdef size_t total = <size_t>scan.pieces.count
+        cdef size_t largest = scan.pieces.largest_free()
+        if scan.h.size() < total:
+            scan.h.resize(total)
+            scan.size.resize(total)
+            scan.flags.resize(total)
+        if scan.piece.size() < total:
+            scan.piece.resize(total)
+        if scan.mv.size() < total:
+            scan.mv.resize(total)
+        self.v.resize(total)
+        self.kind.resize(total)
+        self.lbs.resize(total)
+        self.bins.clear()
+        cdef double* hs = scan.h.data()
+        cdef double* ms = scan.mv.data()
+        cdef double* vs = self.v.data()
+        cdef unsigned char* ks = self.kind.data()
+        cdef ScanRuns runs = scan.pieces.runs
+        cdef ScanRun* run
+        cdef int r = runs.first, k
+        cdef size_t base = 0, j
+        cdef double s, h, m
+        cdef uint64_t hb, mb
+        cdef unsigned char f, free, cand, movable, mover
+        while r >= 0:
+            run = &runs.runs[r]
+            # branch-free (the kinds of neighbors are unrelated: branches on them mispredict)
+            for k in range(run.count):
+                s = now - run.last_access[k]
+                s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
+                h = run.cprime[k] / s
+                m = <double>run.size[k] * rate / s
+                f = run.flags[k]
+                free = (f & W_FREE) != 0
+                cand = (f & W_CANDIDATE) != 0
+                movable = ((f & W_MOVABLE) != 0) & (run.size[k] <= largest)
+                mover = movable & ((cand ^ 1) | (m < h))
+                hs[base + k] = h
+                ms[base + k] = m
+                # v = m if mover else h, bit for bit and without a branch (a free piece's h is
+                # 0): the movers are mixed at random, so a branch mispredicts
+                memcpy(&hb, &h, sizeof(double))
+                memcpy(&mb, &m, sizeof(double))
+                hb = hb ^ ((hb ^ mb) & (<uint64_t>0 - <uint64_t>mover))
+                memcpy(&vs[base + k], &hb, sizeof(double))
+                ks[base + k] = ((free | cand | movable) * K_KEEP | mover * K_MOVER
+                                | (mover & (cand ^ 1)) * K_FORCED | free * K_FREE)
+            memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
+            memcpy(&scan.flags[base], run.flags, run.count)
+            memcpy(&scan.piece[base], run.piece, run.count * sizeof(int))
+            for k in range(run.count):          # free pieces are few: a predictable branch
+                if run.flags[k] & W_FREE:
+                    self.bins.push_back(SizeOffset(SIZE_MAX - run.size[k], base + k))
+            base += run.count
+            r = run.next
+        return total
+
+    cdef void full(self, size_t total) noexcept:
+        """The full pass: the movers' costs in a lane of their own (so a window without movers
+        gets its bound as precisely as the evict-only scan's), each start's bound, then plans
+        best-first."""
+        cdef double* vs = self.v.data()
+        cdef double* qs
+        cdef unsigned char* ks = self.kind.data()
+        cdef size_t j
+        self.q.resize(total)
+        qs = self.q.data()
+        for j in range(total):
+            if ks[j] & K_MOVER:
+                qs[j] = vs[j]
+                vs[j] = 0.0
+            else:
+                qs[j] = 0.0
+        self.ub = INFINITY
+        self.next_lo = 0
+        self.least_lo = total
+        scan_windows(total, self.size, vs, qs, self.scan.size.data(), ks, K_KEEP, self)
+        self.best_first(total)
+
+    cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
+                    double q_right, int forced, int movers, int free) noexcept:
+        """The smallest window from lo (its forced movers, movers and free entries counted):
+        its bound, for best_first; NaN (never evaluated) when its forced movers outnumber the
+        free pieces outside it, or when its bound is above the cost of a window seen that
+        moves nothing (ub)."""
+        cdef double* lbs = self.lbs.data()
+        cdef double lb
+        while self.next_lo < lo:           # starts without a window
+            lbs[self.next_lo] = NAN
+            self.next_lo += 1
+        self.next_lo = lo + 1
         # below the exact sum of v: a difference of running sums may be off by a few of their
-        # ulps (n additions err by at most n * 2^-53 of the sum)
+        # ulps (n additions err by at most n * 2^-53 of the sum), and so may a plan's sum
         lb = p_right - p_left - p_right * 1e-10
-        if nmand[j + 1] + nopt[j + 1] != nmand[lo] + nopt[lo]:
+        if movers:
             lb = lb + (q_right - q_left - q_right * 1e-10)
-        n_mand = nmand[j + 1] - nmand[lo]
-        n_out = n_bins - (nfree[j + 1] - nfree[lo])
-        # quick refusals and the plan without movers need no destinations
-        if (self.best_end == 0 or not (lb >= self.best_cost)) and n_mand <= n_out \
-                and not (lb > self.ub):
-            # the largest destinations outside, as many as there are pieces that may move (a
-            # plan never uses more)
-            self.outb.clear()
-            n_movers = n_mand + nopt[j + 1] - nopt[lo]
-            i = 0
-            while <int>self.outb.size() < n_movers and i < <size_t>n_bins:
-                if self.bins[i].second < lo or self.bins[i].second > j:
-                    self.outb.push_back(SIZE_MAX - self.bins[i].first)
-                i += 1
-            if self.plan(lo, j + 1, self.rate, self.outb, self.moved, &cost):
-                if cost < self.best_cost or self.best_end == 0:
-                    self.best_cost = cost
-                    self.best_lo = lo
-                    self.best_end = j + 1
-                    self.best_moved.swap(self.moved)
+        elif p_right - p_left + p_right * 1e-10 < self.ub:
+            self.ub = p_right - p_left + p_right * 1e-10     # above this window's plan
+        if lb != lb:
+            lb = -INFINITY         # costs so large their sums overflow: a bound says nothing
+        if lb > self.ub or forced > <int>self.bins.size() - free:
+            lbs[lo] = NAN
+            return
+        lbs[lo] = lb
+        if self.least_lo == self.lbs.size() or lb < self.least:
+            self.least = lb
+            self.least_lo = lo
+
+    cdef void best_first(self, size_t total) noexcept:
+        """The kept windows' plans, lowest bound first (then lowest start), until the next
+        bound is above the best plan's cost: a window not evaluated costs at least its bound,
+        so none could beat or tie the best. The window of least bound goes first; then only
+        those whose bound is not above the best cost are ordered."""
+        cdef double* lbs = self.lbs.data()
+        cdef double lb
+        cdef size_t lo
+        self.best_cost = INFINITY
+        self.best_end = 0
+        self.best_moved.clear()
+        self.heap.clear()
+        while self.next_lo < total:
+            lbs[self.next_lo] = NAN
+            self.next_lo += 1
+        if self.least_lo == total:
+            return
+        self.evaluate(self.least_lo)
+        lbs[self.least_lo] = NAN
+        for lo in range(total):
+            # with no plan yet (the first was infeasible), best_cost is +inf: all are kept
+            if lbs[lo] <= self.best_cost:
+                self.heap.push_back(pair[double, Py_ssize_t](-lbs[lo], -<Py_ssize_t>lo))
+        make_heap(self.heap.begin(), self.heap.end())
+        while not self.heap.empty():
+            lb = -self.heap.front().first
+            lo = <size_t>(-self.heap.front().second)
+            if self.best_end != 0 and lb > self.best_cost:
+                break
+            pop_heap(self.heap.begin(), self.heap.end())
+            self.heap.pop_back()
+            if not (self.bound(lo, lb) > self.best_cost) or self.best_end == 0:
+                self.evaluate(lo)
+
+    cdef double bound(self, size_t lo, double lb) noexcept:
+        """A tighter bound of the window from lo (lb: its bound): its optional movers beyond
+        the free pieces outside it that its forced movers leave are evicted, at h - mv more
+        each, so the plan costs at least lb plus the smallest of those differences (+inf: its
+        forced movers have too few destinations)."""
+        cdef double* hs = self.scan.h.data()
+        cdef double* ms = self.scan.mv.data()
+        cdef size_t* ss = self.scan.size.data()
+        cdef unsigned char* ks = self.kind.data()
+        cdef size_t end = lo, covered = 0, extra, i
+        cdef int forced = 0, free = 0, room
+        cdef double more = 0.0
+        cdef unsigned char k
+        self.saving.clear()
+        while covered < self.size:
+            covered += ss[end]
+            k = ks[end]
+            if k & K_FORCED:
+                forced += 1
+            elif k & K_MOVER:
+                self.saving.push_back(hs[end] - ms[end])
+            free += (k & K_FREE) != 0
+            end += 1
+        room = <int>self.bins.size() - free - forced
+        if room < 0:
+            return INFINITY
+        if self.saving.size() <= <size_t>room:
+            return lb
+        extra = self.saving.size() - <size_t>room
+        nth_element(self.saving.begin(), self.saving.begin() + extra, self.saving.end())
+        for i in range(extra):       # (a size_t: more than 255 pieces may be evicted)
+            more = more + self.saving[i]
+        # the sum's rounding (a few ulps) is far below this margin
+        return lb + more * (1.0 - 1e-10)
+
+    cdef void evaluate(self, size_t lo) noexcept:
+        """The plan of the smallest window from lo that covers the request; the best so far
+        when it is cheaper, or as cheap and starts lower."""
+        cdef size_t* ss = self.scan.size.data()
+        cdef unsigned char* ks = self.kind.data()
+        cdef int n_bins = <int>self.bins.size(), movers = 0, forced = 0, free = 0
+        cdef size_t end = lo, covered = 0, i
+        cdef double cost
+        while covered < self.size:
+            covered += ss[end]
+            movers += (ks[end] & K_MOVER) != 0
+            forced += (ks[end] & K_FORCED) != 0
+            free += (ks[end] & K_FREE) != 0
+            end += 1
+        if forced > n_bins - free:      # plan needs a destination outside for each
+            return
+        # the largest destinations outside, as many as there are pieces that may move (a plan
+        # never uses more)
+        self.outb.clear()
+        i = 0
+        while <int>self.outb.size() < movers and i < <size_t>n_bins:
+            if self.bins[i].second < lo or self.bins[i].second >= end:
+                self.outb.push_back(SIZE_MAX - self.bins[i].first)
+            i += 1
+        if self.plan(lo, end, self.rate, self.outb, self.moved, &cost):
+            if self.best_end == 0 or cost < self.best_cost or \
+                    (cost == self.best_cost and lo < self.best_lo):
+                self.best_cost = cost
+                self.best_lo = lo
+                self.best_end = end
+                self.best_moved.swap(self.moved)
 
     cdef void destinations(self, size_t best_lo, size_t best_end, vector[int]& best_moved,
                            vector[int]& victims, MovePlan* plan) noexcept:
@@ -201,6 +338,7 @@ cdef class MovePlanner:
         cost, largest first, then lowest address) to the forced ones is optimal. moved: the
         moved entries; cost: the plan's cost, summed in address order."""
         cdef double* hs = self.scan.h.data()
+        cdef double* ms = self.scan.mv.data()
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* fs = self.scan.flags.data()
         cdef double m, total = 0.0
@@ -217,7 +355,7 @@ cdef class MovePlanner:
                 break               # nothing can move: every piece is evicted (or free)
             if fs[t] & W_FREE or not (fs[t] & W_MOVABLE):
                 continue
-            m = <double>ss[t] * rate
+            m = ms[t]
             if not (fs[t] & W_CANDIDATE):
                 if not _fits_with(chosen[0], ss[t], outb):
                     return False
@@ -237,7 +375,7 @@ cdef class MovePlanner:
             if fs[t] & W_FREE:
                 continue
             if is_moved[t - lo]:
-                total = total + <double>ss[t] * rate
+                total = total + ms[t]
                 moved.push_back(<int>t)
             else:
                 total = total + hs[t]

@@ -315,7 +315,7 @@ class ReferenceArena:
                 continue
             h = (self._cprime(p[STORAGE]) / self._staleness(p[STORAGE], now)
                  if st.evictable else None)
-            m = p[SIZE] * rate if st.movable else None
+            m = p[SIZE] * rate / self._staleness(p[STORAGE], now) if st.movable else None
             ways.append(None if h is None and m is None else (h, m))
         best = None
         for i in range(len(pieces)):

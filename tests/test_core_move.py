@@ -48,7 +48,7 @@ def brute_force_plan(arena, nbytes, now):
             if info["evictable"]:
                 options.append(("evict", info["cprime"] / max(now - info["last_access"], 1.0)))
             if info["movable"] and math.isfinite(rate):
-                options.append(("move", nb * rate))
+                options.append(("move", nb * rate / max(now - info["last_access"], 1.0)))
         ways.append(options or None)
     best = None
     for i, j in itertools.combinations_with_replacement(range(len(pieces)), 2):
@@ -116,7 +116,7 @@ def check_plan(arena, plan, nbytes, now):
         info = arena.storage_info(sid)
         assert info["movable"] and not info["pins"]
         assert free_outside[dst] >= info["nbytes"]
-        parts.append(info["nbytes"] * arena.move_cost)
+        parts.append(info["nbytes"] * arena.move_cost / max(now - info["last_access"], 1.0))
     for sid in plan["victims"]:
         info = arena.storage_info(sid)
         assert info["evictable"] and not info["pins"]
@@ -141,6 +141,41 @@ def test_moving_window_is_the_brute_force_minimum(seed, rate):
         assert (plan["cost"], plan["start"], plan["pieces"]) == expected
         check_plan(core, plan, nbytes, now)
         assert core.choose_victims(nbytes, "coop", now) == plan["victims"]
+
+
+def larger_layout(seed, rate):
+    """A random arena of about 60 pieces in core and reference: integer costs (so that c' is
+    exact in both) over staleness up to 100 (so that h and the copies are not), many windows
+    whose bounds are close (the first pass and the full pass both decide)."""
+    arenas = [coop.Arena(64 * 120), ReferenceArena(64 * 120)]
+    now = 1000
+    for arena in arenas:
+        arena.move_cost = rate
+        r = random.Random(seed)
+        sid = 0
+        while True:
+            arena.add_storage(sid, r.randint(0, 50), r.sample(range(sid), min(sid, r.randint(0, 2))),
+                              evictable=r.random() < 0.8)
+            arena.set_movable(sid, r.random() < 0.8)
+            arena.touch(sid, now - r.randint(0, 100))
+            offset = arena.allocate(64 * r.randint(1, 3), r.choice([EXPENSIVE, CHEAP]),
+                                    NO_STORAGE if r.random() < 0.05 else sid)
+            if offset < 0:
+                break
+            if r.random() < 0.25:
+                arena.free(offset)
+            sid += 1
+    return arenas, now
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.01, 0.1, 1.0])
+@pytest.mark.parametrize("seed", range(25))
+def test_moving_window_agrees_with_the_reference_on_larger_arenas(seed, rate):
+    (core, reference), now = larger_layout(seed, rate)
+    assert core.pieces() == reference.pieces()
+    for nbytes in (128, 300, 640, 1500, 4000):
+        plan = core.choose_plan(nbytes, "coop", now)
+        assert reference.choose_plan(nbytes, "coop", now) == plan
 
 
 def test_moves_happen_in_the_random_layouts():
@@ -240,6 +275,41 @@ def test_moving_is_chosen_by_cost_per_piece(Arena):
     arena.move_cost = 16 / 64         # now moving costs 16 > 8: evict both
     assert arena.choose_plan(128, "coop", 0) == {
         "victims": [0, 1], "moves": [], "cost": 9.0, "start": 0, "pieces": 2}
+
+
+def test_evicting_and_moving_compare_on_one_scale(Arena):
+    """A move's cost is divided by the piece's staleness, as h is: per piece, moving wins
+    exactly when the copy (bytes * move_cost) is below c', however stale the piece."""
+    arena = Arena(384)
+    storages(arena, [8, 8])
+    build(arena, [(64, 0), (64, 1), (64, None), (64, "free"), (64, None), (64, "free")])
+    arena.move_cost = 4 / 64          # copying a 64-byte piece costs 4 < c' = 8
+    arena.touch(0, 0)
+    arena.touch(1, 12)                # staleness 16 and 4 at now = 16: h = 0.5 and 2
+    # both move (copies 4/16 and 4/4 on h's scale, below h); were a copy not divided by the
+    # staleness, its 4 would exceed both h and both would be evicted (cost 2.5)
+    assert arena.choose_plan(128, "coop", 16) == {
+        "victims": [], "moves": [(0, 192), (1, 320)], "cost": 1.25, "start": 0, "pieces": 2}
+    arena.move_cost = 16 / 64         # a copy of 16 > c' = 8: both are evicted, stale or not
+    assert arena.choose_plan(128, "coop", 16) == {
+        "victims": [0, 1], "moves": [], "cost": 2.5, "start": 0, "pieces": 2}
+
+
+def test_the_full_pass_runs_when_the_least_bound_is_not_a_plan(Arena):
+    """The window of least bound cannot have its moves (one destination, two movers), so its
+    plan costs more than another window's bound: the full best-first pass finds the cheaper
+    window further up, as the brute force does."""
+    layout = [(64, 0), (64, 1), (64, None), (64, 2), (64, 3), (64, None), (64, "free")]
+    arena = Arena(sum(nbytes for nbytes, _ in layout))
+    storages(arena, [16, 16, 3, 3])
+    build(arena, layout)
+    arena.move_cost = 1 / 64          # every copy costs 1
+    # window {0, 1}: bound 2 (both move), but one free piece: its plan costs 1 + 16 = 17;
+    # window {2, 3}: bound 2 too, plan 1 + 3 = 4 (equal savings: the lower one moves)
+    plan = arena.choose_plan(128, "coop", 0)
+    assert plan == {"victims": [3], "moves": [(2, 384)], "cost": 4.0, "start": 192, "pieces": 2}
+    expected = brute_force_plan(arena, 128, 0)
+    assert (plan["cost"], plan["start"], plan["pieces"]) == expected
 
 
 def test_moves_need_their_own_destination(Arena):
@@ -347,3 +417,25 @@ def test_move_cost_and_move_errors(Arena):
     arena.move(0, 128)
     assert arena.storage_info(0)["offset"] == 128
     arena.check()
+
+
+def test_a_window_evicting_hundreds_of_its_movers(Arena):
+    """Two blocks of 300 movers (a move costs 1, an eviction 8) and two free pieces: the full
+    pass bounds windows that must evict 298 movers (a count past any narrow loop counter) and
+    finds the reference's plan: the second block's last 299 pieces with the free piece above
+    them, one moved into the other free piece, 298 evicted."""
+    n = 300
+    layout = ([(64, s) for s in range(n)] + [(64, None)] + [(64, s) for s in range(n, 2 * n)]
+              + [(64, "free"), (64, None), (64, "free")])
+    plans = []
+    for A in (Arena, ReferenceArena):
+        arena = A(sum(nbytes for nbytes, _ in layout))
+        storages(arena, [8] * (2 * n))
+        build(arena, layout)
+        arena.move_cost = 1 / 64
+        plans.append(arena.choose_plan(64 * n, "coop", 0))
+    assert plans[0] == plans[1]
+    assert plans[0]["moves"] == [(n + 1, 64 * (2 * n + 3))]
+    assert plans[0]["victims"] == list(range(n + 2, 2 * n))
+    assert (plans[0]["cost"], plans[0]["start"], plans[0]["pieces"]) == (1 + 8 * (n - 2),
+                                                                         64 * (n + 2), n)
