@@ -5,8 +5,10 @@ Probes: the error of a reservation the device cannot hold and a percentage budge
 memory; memory freed on one stream reused on another while a slow kernel still writes it
 (explicit streams, and per-thread default streams in a subprocess); the default cost model and
 cost="timing" (CUDA events) and its overhead against the cost model; dropout through coop recomputed bit for bit after an eviction;
-the embedding backward with repeated indices run twice and against NumPy; a runtime used on
-another device (with two or more devices).
+the embedding backward with repeated indices run twice and against NumPy; the host link
+(pinned host memory to and from the device on a non-blocking stream: bytes back unchanged, the
+rates each way beside the cost model's); a runtime used on another device (with two or more
+devices).
 
 Run: python benchmarks/device_probes.py [--out DIR]   (writes DIR/probes.json)
 """
@@ -202,6 +204,45 @@ def embedding_backward():
            f"{float(np.abs(grads[0] - host).max()):.3g}")
 
 
+def host_link():
+    """Host <-> device copies of 256 MiB between pinned host memory and the device on a
+    non-blocking stream, timed by CUDA events (median of 5 each way after one warm-up): the
+    bytes come back unchanged, and the rates beside the cost model's host link."""
+    import cupyx
+    nbytes = 256 * 2**20
+    src = cupyx.empty_pinned(nbytes // 4, np.float32)
+    src[:] = np.arange(src.size, dtype=np.float32)
+    back = cupyx.empty_pinned(src.size, np.float32)
+    dev = cupy.empty(src.size, np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    rates = {}
+    for way in ("h2d", "d2h"):
+        times = []
+        for i in range(6):
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            if way == "h2d":
+                dev.set(src, stream=stream)
+            else:
+                dev.get(stream=stream, out=back, blocking=False)
+            end.record(stream)
+            end.synchronize()
+            if i:
+                times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+        rates[way] = nbytes / float(np.median(times))
+    exact = bool(np.array_equal(src, back))
+    name = coop.Runtime(coop.allocator("64MiB")).cost_model.name
+    spec = coop.DEVICES.get(name, coop.DEVICES["a100-80gb"])
+    model = {way: getattr(spec, f"{way}_bytes_per_s", None) for way in rates}
+    detail = ", ".join(
+        f"{way} {rates[way] / 1e9:.1f} GB/s"
+        + (f" (cost model {spec.name}: {model[way] / 1e9:.1f}, measured/model "
+           f"{rates[way] / model[way]:.2f})" if model[way] else f" (cost model {spec.name}: none)")
+        for way in rates)
+    report("host_link", exact, ("bytes back unchanged; " if exact else "BYTES DIFFER; ") + detail)
+    cupy.cuda.set_allocator(None)
+
+
 def other_device():
     if cupy.cuda.runtime.getDeviceCount() < 2:
         report("runtime_on_another_device", None, "one device: not probed")
@@ -223,7 +264,7 @@ def main():
         print("no CUDA device visible to CuPy: nothing to probe")
         return 3
     for probe in (reservation, streams, per_thread_streams, costs, timing_overhead,
-                  dropout_recompute, embedding_backward, other_device):
+                  dropout_recompute, embedding_backward, host_link, other_device):
         try:
             probe()
         except Exception as err:  # noqa: BLE001 - a crash is a result
