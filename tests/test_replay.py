@@ -193,7 +193,7 @@ def test_materialize_makes_a_constant_and_lets_the_graph_behind_it_die(tmp_path)
     assert (result["status"], result["ops"], result["recomputes"]) == ("ok", 2, 0)
 
 
-# ---- the lower bound and the offload floor ---------------------------------------------------------
+# ---- the lower bound and the offload floor -----------------------------------------------------
 
 #: one constant w (4096 bytes), f reads it and makes a (1000: 1024 aligned), g reads a and makes
 #: b (3000: 3072); at f, bound = w + a = 5120 = floor (f reads w); at g, bound = w + a + b = 8192,

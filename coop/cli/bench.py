@@ -3,12 +3,12 @@ with the trace replayer (coop.trace.replay: the real arena core), and report doc
 
 Each paper model is recorded once (one training step at its paper batch, simulation backend,
 a100-80gb roofline costs, SGD with momentum or, with --optimizer adamw, AdamW: two moments per
-parameter) into OUT/traces/ (reused unless --rerecord); extra traces (coop
-traces or DTR logs) are given as paths. Per model, the unlimited run gives the peak (ratio 1.0)
-and docs/design.md's lower bound and offload floor. Each policy then replays at ratios 1.00, 0.99, ... (--step) until
-it has failed (OOM or thrash: overhead > 2.0) at --patience consecutive ratios, or the ratio
-falls below the lower bound - 0.05 (never below 0.01); 0.5 and 0.3 are always tried when above
-that floor. Runs are not always monotone in the budget: a policy can fail at a ratio and
+parameter) into OUT/traces/ (reused unless --rerecord); extra traces (coop traces or DTR logs)
+are given as paths. Per model, the unlimited run gives the peak (ratio 1.0), docs/design.md's
+lower bound and its offload floor. Each policy then replays at ratios 1.00, 0.99, ... (--step)
+until it has failed (OOM or thrash: overhead > 2.0) at --patience consecutive ratios, or the
+ratio falls below the lower bound - 0.05 (never below 0.01); 0.5 and 0.3 are always tried when
+above that floor. Runs are not always monotone in the budget: a policy can fail at a ratio and
 complete at a smaller one, so the minimum feasible ratio (the smallest that completes) comes
 with the failures seen above it.
 

@@ -63,8 +63,8 @@ def unlimited(trace, alignment=None):
     """The unlimited run: its metrics, with peak_used_bytes, lower_bound_bytes (docs/design.md's
     bound, evaluated per op: live constants plus the op's other inputs and outputs),
     offload_floor_bytes (the largest op's inputs and outputs, constants it does not read left
-    out: what no host tier can go below) and peak_bytes (the budget ratios' denominator, see `peak`). TraceError if the trace needs
-    more than 2**62 bytes at once."""
+    out: what no host tier can go below) and peak_bytes (the budget ratios' denominator, see
+    `peak`). TraceError if the trace needs more than 2**62 bytes at once."""
     program = _program(trace)
     # placed as under the default policy (coop: partitioned), as runs are recorded: moving a
     # new constant to the low end takes a transient copy, so the peak depends on placement
