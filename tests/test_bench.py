@@ -78,6 +78,9 @@ def test_summary_min_ratios_lie_between_the_bound_and_one(out):
     assert summary["meta"]["replays"] == len(_rows(out))
     for name, s in summary["models"].items():
         assert 0 < s["lower_bound_ratio"] < 1
+        assert 0 < s["offload_floor_ratio"] <= s["lower_bound_ratio"]
+        assert s["offload_floor_bytes"] == round(s["offload_floor_ratio"] * s["peak_bytes"])
+        assert s["optimizer"] == "sgd"
         for policy, p in s["policies"].items():
             best = p["min_feasible_ratio"]
             assert best is not None, (name, policy)
@@ -88,6 +91,7 @@ def test_summary_min_ratios_lie_between_the_bound_and_one(out):
             assert claim["holds"] is not None or claim["why"]
     text = (out / "tables.md").read_text()
     assert "Minimum feasible budget ratio" in text and "| unet |" in text
+    assert "| model | batch | peak GiB | lower bound | offload floor | coop | dtr | dte |" in text
 
 
 def test_processes_give_the_same_runs_as_one(tmp_path):
@@ -99,6 +103,27 @@ def test_processes_give_the_same_runs_as_one(tmp_path):
     key = ("model", "policy", "ratio", "status", "compute_overhead", "evictions")
     one, two = ([tuple(r[k] for k in key) for r in _rows(tmp_path / d)] for d in ("one", "two"))
     assert one == two and len(one) >= 4
+
+
+def test_the_optimizer_names_the_trace_and_the_summary(tmp_path, capsys):
+    """--optimizer adamw records AdamW's trace (its own file, never sgd's reused): its two
+    moments per parameter are one state tensor more than SGD's momentum, so the lower bound
+    grows by exactly the BiLSTM's parameter bytes (tests/test_paper_models.py)."""
+    args = ["bench", "--quick", "--models", "bilstm", "--policies", "coop", "--step", "0.5",
+            "--no-progress", "--jobs", "1", "--out", str(tmp_path)]
+    assert cli([*args, "--optimizer", "adamw"]) == 0
+    assert os.listdir(tmp_path / "traces") == ["bilstm-b2-adamw.jsonl"]
+    with open(tmp_path / "summary.json") as f:
+        summary = json.load(f)
+    adamw = summary["models"]["bilstm"]
+    assert summary["meta"]["optimizer"] == adamw["optimizer"] == "adamw"
+    sgd, = bench.prepare(["bilstm"], [], str(tmp_path), quick=True)
+    assert sgd["path"].endswith("bilstm-b2.jsonl") and sgd["optimizer"] == "sgd"
+    assert adamw["lower_bound_bytes"] - sgd["lower_bound_bytes"] == 2_929_152
+    assert adamw["offload_floor_bytes"] == sgd["offload_floor_bytes"]
+    capsys.readouterr()
+    assert cli([*args, "--optimizer", "adam"]) == 2
+    assert "invalid choice: 'adam'" in capsys.readouterr().err
 
 
 def test_traces_are_reused_unless_rerecord(tmp_path):

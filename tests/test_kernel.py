@@ -55,6 +55,47 @@ def test_a_device_spec_with_a_rate_that_is_not_positive_and_finite_is_refused(fi
         DeviceSpec("toy", np.float32(1e12), 1e11).bytes_per_s == 1e11
 
 
+# the host link per device (coop/engine/cost.py cites each figure): (h2d, d2h) bytes/s
+HOST_LINKS = {"a100-80gb": (25e9, 25e9), "a100-40gb": (25e9, 25e9), "h100": (35e9, 53e9),
+              "h100-pcie": (35e9, 53e9), "h200": (35e9, 53e9), "cpu": (10e9, 10e9)}
+
+
+def test_every_device_has_its_host_links_rates():
+    assert {name: (d.h2d_bytes_per_s, d.d2h_bytes_per_s) for name, d in DEVICES.items()} \
+        == HOST_LINKS
+    h200 = DEVICES["h200"]
+    assert (h200.h2d_ns_per_byte, h200.d2h_ns_per_byte) == (1e9 / 35e9, 1e9 / 53e9)
+    assert DEVICES["a100-80gb"].h2d_ns_per_byte == DEVICES["a100-80gb"].d2h_ns_per_byte == 0.04
+    # the host's "link" is a memcpy within its memory: the same rate as a copy on the device
+    assert DEVICES["cpu"].h2d_ns_per_byte == DEVICES["cpu"].copy_ns_per_byte == 0.1
+
+
+def test_a_copy_over_the_host_link_takes_its_bytes_at_the_links_rate_each_way():
+    spec = DeviceSpec("toy", 1e12, 1e11, 5.0, h2d_bytes_per_s=1e9, d2h_bytes_per_s=4e9)
+    assert (spec.h2d_ns_per_byte, spec.d2h_ns_per_byte) == (1.0, 0.25)
+    assert (spec.h2d_ns(4096), spec.d2h_ns(4096), spec.h2d_ns(0)) == (4096.0, 1024.0, 0.0)
+    assert spec.cost_ns(0, 1e3) == 5.0 + 10.0      # the roofline ignores the link (no launch)
+
+
+def test_a_spec_made_without_a_host_link_keeps_its_costs_and_refuses_to_price_a_copy():
+    slow = DeviceSpec("slow", 1e12, 1e11, 7.0)     # positional, as before the link existed
+    assert (slow.h2d_bytes_per_s, slow.d2h_bytes_per_s) == (None, None)
+    assert slow.cost_ns(1e3, 1e6) == 7.0 + 10000.0 and slow.copy_ns_per_byte == 0.02
+    for field, price in (("h2d_bytes_per_s", lambda: slow.h2d_ns(1)),
+                         ("d2h_bytes_per_s", lambda: slow.d2h_ns_per_byte)):
+        with pytest.raises(ValueError, match=rf"DeviceSpec 'slow' models no host link: give "
+                                             rf"{field}= \(bytes/s"):
+            price()
+
+
+@pytest.mark.parametrize("field", ["h2d_bytes_per_s", "d2h_bytes_per_s"])
+@pytest.mark.parametrize("value", [0.0, -25e9, float("inf"), float("nan"), "25e9", True])
+def test_a_host_link_rate_that_is_not_positive_and_finite_is_refused(field, value):
+    with pytest.raises(ValueError, match=rf"DeviceSpec 'toy': {field} must be a finite number "
+                                         rf"> 0 \(or None: no host link\), got {value!r}"):
+        DeviceSpec("toy", 1e12, 1e11, **{field: value})
+
+
 def test_the_decorator_applies_through_the_inputs_runtime(make_rt):
     rt = make_rt()
     x = rt.tensor(np.arange(4.0))

@@ -2,9 +2,12 @@
 counts, and each runs one training step (forward, loss, backward, SGD with momentum) on the
 simulation backend with the a100-80gb cost model; one at its paper batch size peaks within
 bounds worked out from its layers."""
+import json
+
 import pytest
 
 import coop
+import coop.trace.replay as R
 from coop.models import paper
 
 
@@ -100,3 +103,49 @@ def test_resnet50_peak_at_the_paper_batch():
     activations = 4 * batch * resnet50_conv_outputs()
     state = 3 * 4 * COUNTS["resnet50"]
     assert activations + state <= peak <= 3 * activations + state
+
+
+def _aligned(n, alignment=512):
+    return -(-n // alignment) * alignment
+
+
+def _constant_bytes(path):
+    """The bytes of a trace's constant records (what the step starts with), aligned."""
+    with open(path) as f:
+        records = [json.loads(line) for line in f]
+    return sum(_aligned(r["size"]) for r in records if r["op"] == "constant")
+
+
+def test_adamw_holds_a_second_state_tensor_per_parameter(tmp_path):
+    """SGD here has momentum: one state tensor per parameter (the buffer); AdamW has two (the
+    moments m and v), made before the step like the parameters, so they are constants held for
+    the whole program. AdamW's trace thus starts with exactly the parameters' bytes (each
+    tensor aligned) more constants: 2x the parameter bytes of state against SGD's 1x. Held
+    from start to end, the extra state adds those bytes to the unlimited peak and to the
+    lower bound (every live constant), exactly. The offload floor is the largest op's working
+    set: the state's only readers are the updates, and AdamW's update of a tensor reads three
+    of its size (p, m, v) as SGD's momentum update does (buffer, gradient, p), so on the BiLSTM
+    (whose largest op is not an update) the floor does not change."""
+    rt = coop.Runtime(coop.SimBackend("1TiB"))
+    params = paper.PAPER_MODELS["bilstm"].build(rt).parameters()
+    param_bytes = sum(_aligned(p.size * p.dtype.itemsize) for p in params)
+    assert param_bytes == 2_929_152     # 732,162 fp32 parameters in 8 tensors, each aligned
+    runs = {}
+    for optimizer in ("sgd", "adamw"):
+        path = tmp_path / f"{optimizer}.jsonl"
+        paper.record_trace("bilstm", path, batch=2, optimizer=optimizer)
+        runs[optimizer] = (_constant_bytes(path), R.unlimited(path))
+    (sgd_constants, sgd), (adamw_constants, adamw) = runs["sgd"], runs["adamw"]
+    assert adamw_constants == sgd_constants + param_bytes
+    assert adamw["peak_used_bytes"] - sgd["peak_used_bytes"] == param_bytes
+    assert adamw["lower_bound_bytes"] - sgd["lower_bound_bytes"] == param_bytes
+    assert adamw["offload_floor_bytes"] == sgd["offload_floor_bytes"]
+    assert adamw["status"] == sgd["status"] == "ok"
+    assert (adamw["compute_overhead"], adamw["recomputes"]) == (1.0, 0)
+
+
+def test_an_unknown_optimizer_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"optimizer must be one of \['adamw', 'sgd'\], "
+                                         r"got 'adam'"):
+        paper.training_step(coop.Runtime(coop.SimBackend("1TiB")), "bilstm", batch=2,
+                            optimizer="adam")

@@ -193,6 +193,46 @@ def test_materialize_makes_a_constant_and_lets_the_graph_behind_it_die(tmp_path)
     assert (result["status"], result["ops"], result["recomputes"]) == ("ok", 2, 0)
 
 
+# ---- the lower bound and the offload floor -----------------------------------------------------
+
+#: one constant w (4096 bytes), f reads it and makes a (1000: 1024 aligned), g reads a and makes
+#: b (3000: 3072); at f, bound = w + a = 5120 = floor (f reads w); at g, bound = w + a + b = 8192,
+#: floor = a + b = 4096 (w waits, unread): the bound is g's 8192, the floor f's 5120
+BOUND_TRACE = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 4096},
+    {"op": "call", "name": "f", "inputs": [0], "outputs": [{"id": 1, "size": 1000, "alias": -1}],
+     "cost": 10},
+    {"op": "call", "name": "g", "inputs": [1], "outputs": [{"id": 2, "size": 3000, "alias": -1}],
+     "cost": 10},
+    {"op": "release", "id": 1},
+]
+
+
+def test_the_offload_floor_leaves_out_the_constants_an_op_does_not_read(tmp_path, capsys):
+    path = write_lines(tmp_path / "t.jsonl", BOUND_TRACE)
+    base = R.unlimited(path)
+    assert (base["peak_used_bytes"], base["lower_bound_bytes"], base["offload_floor_bytes"]) \
+        == (8192, 8192, 5120)
+    # every replay counts both (first runs are the same under any budget that completes)
+    tight = R.replay(path, budget=8192, policy="dtr")
+    assert (tight["status"], tight["lower_bound_bytes"], tight["offload_floor_bytes"]) \
+        == ("ok", 8192, 5120)
+    peak = base["peak_bytes"]
+    from coop.cli.main import main
+    assert main(["replay", str(path), "--budget", "1.0"]) == 0
+    assert f"lower bound {8192 / peak:.3f} of it, offload floor {5120 / peak:.3f};" \
+        in capsys.readouterr().out
+
+
+def test_an_op_reading_every_constant_has_a_floor_equal_to_the_bound(tmp_path):
+    """Both ops read w: nothing could wait on the host, so the floor is the bound."""
+    records = [dict(r) for r in BOUND_TRACE]
+    records[3] = dict(records[3], inputs=[1, 0])
+    base = R.unlimited(write_lines(tmp_path / "t.jsonl", records))
+    assert (base["lower_bound_bytes"], base["offload_floor_bytes"]) == (8192, 8192)
+
+
 # ---- the DTR log importer -------------------------------------------------------------------------
 
 DTR_LOG = [

@@ -2,12 +2,13 @@
 with the trace replayer (coop.trace.replay: the real arena core), and report docs/design.md's metrics.
 
 Each paper model is recorded once (one training step at its paper batch, simulation backend,
-a100-80gb roofline costs) into OUT/traces/ (reused unless --rerecord); extra traces (coop
-traces or DTR logs) are given as paths. Per model, the unlimited run gives the peak (ratio 1.0)
-and docs/design.md's lower bound. Each policy then replays at ratios 1.00, 0.99, ... (--step) until
-it has failed (OOM or thrash: overhead > 2.0) at --patience consecutive ratios, or the ratio
-falls below the lower bound - 0.05 (never below 0.01); 0.5 and 0.3 are always tried when above
-that floor. Runs are not always monotone in the budget: a policy can fail at a ratio and
+a100-80gb roofline costs, SGD with momentum or, with --optimizer adamw, AdamW: two moments per
+parameter) into OUT/traces/ (reused unless --rerecord); extra traces (coop traces or DTR logs)
+are given as paths. Per model, the unlimited run gives the peak (ratio 1.0), docs/design.md's
+lower bound and its offload floor. Each policy then replays at ratios 1.00, 0.99, ... (--step)
+until it has failed (OOM or thrash: overhead > 2.0) at --patience consecutive ratios, or the
+ratio falls below the lower bound - 0.05 (never below 0.01); 0.5 and 0.3 are always tried when
+above that floor. Runs are not always monotone in the budget: a policy can fail at a ratio and
 complete at a smaller one, so the minimum feasible ratio (the smallest that completes) comes
 with the failures seen above it.
 
@@ -32,7 +33,7 @@ from coop.cli.claims import MARKS, summarize
 from coop.cli.report import plot_all, tables
 from coop.engine.policies import POLICIES
 from coop.errors import UsageError
-from coop.models.paper import PAPER_MODELS, record_trace
+from coop.models.paper import OPTIMIZERS, PAPER_MODELS, record_trace
 from coop.trace import replay as R
 
 DEFAULT_POLICIES = ("coop", "dtr", "dte", "lru", "dtr-ideal", "coop-no-move",
@@ -62,6 +63,9 @@ def add_arguments(parser):
     parser.add_argument("--out", default="bench-out", help="output directory")
     parser.add_argument("--quick", action="store_true",
                         help=f"record the models at batch {QUICK_BATCH} (for tests)")
+    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd",
+                        help="the paper models' optimizer: sgd (momentum 0.9: one state tensor "
+                             "per parameter) or adamw (two); default sgd")
     parser.add_argument("--rerecord", action="store_true",
                         help="record the models' traces even when OUT/traces has them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -105,19 +109,24 @@ def check(args):
 
 # ---- sources: record or load, then the unlimited run ---------------------------------------------
 
-def prepare(models, traces, out, quick=False, rerecord=False):
-    """Per source (a model or a trace), in order: name, kind, trace path, batch and its
-    unlimited run (peak, lower bound, cost). Models are recorded into out/traces/ first."""
+def prepare(models, traces, out, quick=False, rerecord=False, optimizer="sgd"):
+    """Per source (a model or a trace), in order: name, kind, trace path, batch, optimizer
+    (None for a trace) and its unlimited run (peak, lower bound, offload floor, cost). Models
+    are recorded into out/traces/ first, with `optimizer` (a coop.models.paper.OPTIMIZERS
+    name)."""
     folder = os.path.join(out, "traces")
     os.makedirs(folder, exist_ok=True)
     sources = []
     for name in models:
         batch = QUICK_BATCH if quick else PAPER_MODELS[name].batch
-        path = os.path.join(folder, f"{name}-b{batch}.jsonl")
+        # the optimizer names the file (but sgd's): a reused trace is always the one asked for
+        tag = "" if optimizer == "sgd" else f"-{optimizer}"
+        path = os.path.join(folder, f"{name}-b{batch}{tag}.jsonl")
         if rerecord or not os.path.isfile(path):
-            record_trace(name, path + ".tmp", batch=batch)
+            record_trace(name, path + ".tmp", batch=batch, optimizer=optimizer)
             os.replace(path + ".tmp", path)    # a killed run leaves no half trace to reuse
-        sources.append({"name": name, "kind": "model", "path": path, "batch": batch})
+        sources.append({"name": name, "kind": "model", "path": path, "batch": batch,
+                        "optimizer": optimizer})
     taken = set(models)
     for path in traces:
         stem = base = os.path.splitext(os.path.basename(path))[0]
@@ -126,7 +135,7 @@ def prepare(models, traces, out, quick=False, rerecord=False):
             stem, k = f"{base}-{k}", k + 1
         taken.add(stem)
         sources.append({"name": stem, "kind": "trace", "path": os.path.abspath(path),
-                        "batch": None})
+                        "batch": None, "optimizer": None})
     for s in sources:
         program = R.load(s["path"])
         base = R.unlimited(program)
@@ -135,6 +144,8 @@ def prepare(models, traces, out, quick=False, rerecord=False):
                  peak_bytes=peak, peak_used_bytes=base["peak_used_bytes"],
                  lower_bound_bytes=base["lower_bound_bytes"],
                  lower_bound_ratio=base["lower_bound_bytes"] / peak if peak else 0.0,
+                 offload_floor_bytes=base["offload_floor_bytes"],
+                 offload_floor_ratio=base["offload_floor_bytes"] / peak if peak else 0.0,
                  unlimited_wall_time=base["wall_time"])
     return sources
 
@@ -239,8 +250,9 @@ def main(args):
     os.makedirs(out, exist_ok=True)
     print(f"coop bench: models {','.join(models) or 'none'}; traces {len(args.traces)}; policies "
           f"{','.join(policies)}; step {args.step:g}, patience {args.patience}, jobs {args.jobs}"
-          f"{', quick' if args.quick else ''}")
-    sources = prepare(models, args.traces, out, quick=args.quick, rerecord=args.rerecord)
+          f"{', quick' if args.quick else ''}, optimizer {args.optimizer}")
+    sources = prepare(models, args.traces, out, quick=args.quick, rerecord=args.rerecord,
+                      optimizer=args.optimizer)
     t_prep = time.perf_counter() - t0
     rows = run_sweeps(sources, policies, args.step, args.patience, args.jobs,
                       progress=not args.no_progress)
@@ -248,6 +260,7 @@ def main(args):
     summary = summarize(sources, rows, policies)
     meta = {"policies": policies, "step": args.step, "patience": args.patience,
             "thrash": R.THRASH, "jobs": args.jobs, "quick": args.quick,
+            "optimizer": args.optimizer,
             "record_and_unlimited_s": t_prep, "wall_time_s": wall, "replays": len(rows)}
     write_csv(os.path.join(out, "runs.csv"), rows)
     write_json(os.path.join(out, "runs.json"), rows)

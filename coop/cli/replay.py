@@ -149,7 +149,8 @@ def main(args):
         return status
     print(f"trace {args.trace}: {program.n_records:,} records, {program.n_ops:,} ops; peak "
           f"{peak:,} bytes (ratio 1.0; the unlimited run used {base['peak_used_bytes']:,}), "
-          f"lower bound {base['lower_bound_bytes'] / peak:.3f} of it; unlimited cost "
+          f"lower bound {base['lower_bound_bytes'] / peak:.3f} of it, offload floor "
+          f"{base['offload_floor_bytes'] / peak:.3f}; unlimited cost "
           f"{program.cost_first / 1e6:,.3f} ms")
     width = max(len(label) for label, _, _ in ROWS)
     print(f"{'':{width}}  " + "  ".join(f"{p:>14}" for p in policies))

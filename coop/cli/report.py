@@ -71,10 +71,13 @@ def tables(summary, policies, rows):
                          _ratio(v["min_feasible_ratio"]) + ("*" if v["failures_above_min"] else ""))
         batch = s["batch"] if s["batch"] is not None else "trace"
         body.append([name, batch, f"{s['peak_bytes'] / GIB:.2f}",
-                     f"{s['lower_bound_ratio']:.2f}", *cells])
+                     f"{s['lower_bound_ratio']:.2f}", f"{s['offload_floor_ratio']:.2f}", *cells])
     out.append("Minimum feasible budget ratio (smallest ratio that completes; *: some larger "
-               "ratio failed, runs are not monotone in the budget):\n")
-    out.append(_table(["model", "batch", "peak GiB", "lower bound", *policies], body))
+               "ratio failed, runs are not monotone in the budget), beside the lower bound (the "
+               "largest op's inputs and outputs with every constant) and the offload floor (the "
+               "same without the constants the op does not read, which a host tier could hold):\n")
+    out.append(_table(["model", "batch", "peak GiB", "lower bound", "offload floor",
+                       *policies], body))
     for mark in ("0.5", "0.3"):
         body = [[name, *(_cell(s["policies"][p]["at"][mark]) if p in s["policies"] else "-"
                          for p in policies)] for name, s in summary.items()]

@@ -34,4 +34,5 @@ cdef class _Clock(Evictor):
                 "demotions": self.demotions, "releases": self.releases,
                 "constants_placed": self.constants_placed,
                 "held": self.held_count, "clock": self.now, "lower_bound_bytes": self.bound_bytes,
-                "room_made": self.room_made, "compactions": self.compactions}
+                "offload_floor_bytes": self.floor_bytes, "room_made": self.room_made,
+                "compactions": self.compactions}

@@ -41,6 +41,7 @@ cdef class _Clock(Evictor):
     cdef readonly long long ops, recomputes, eager_evictions, demotions, releases, held_count
     cdef readonly long long constants_placed   # new constants copied down to the lowest fit
     cdef readonly int64_t const_bytes, bound_bytes
+    cdef readonly int64_t floor_bytes  # the offload floor: the largest op's working set
     cdef readonly long long copies     # old values copied by in-place ops (any rule)
     cdef readonly long long room_made  # times coop made room for a kernel by moving its inputs
     cdef readonly long long compactions   # ... of them by compacting one window (c_compact)

@@ -132,18 +132,25 @@ cdef class _FirstRun(_Residency):
         return 0
 
     cdef void _bound(self, int o) noexcept:
-        """The lower bound of a budget (docs/design.md), per op: live constants + the op's
-        recomputable inputs and its outputs."""
-        cdef int64_t io = self.const_bytes
+        """The lower bound of a budget and the offload floor (docs/design.md), per op: the
+        op's inputs and its outputs, with every live constant (the bound: nothing recomputes
+        a constant) or with only the constants the op reads (the floor: the others could
+        wait in host memory)."""
+        cdef int64_t io = 0, read = 0, n
         cdef int s
         for s in self.cur_uniq:
+            n = self.arena.request_size(self.size[s])
             if self.producer[s] >= 0:
-                io += self.arena.request_size(self.size[s])
+                io += n
+            else:
+                read += n
         for s in self.op_out[o]:
             if s >= 0:
                 io += self.arena.request_size(self.size[s])
-        if io > self.bound_bytes:
-            self.bound_bytes = io
+        if io + self.const_bytes > self.bound_bytes:
+            self.bound_bytes = io + self.const_bytes
+        if io + read > self.floor_bytes:
+            self.floor_bytes = io + read
 
     cdef inline int _running(self, int o) except -1:
         if o < 0 or o != self.cur_op:

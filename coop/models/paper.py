@@ -1,7 +1,8 @@
 """The evaluation set of the Coop paper (Zhang et al., "Coop: Memory is not a Commodity",
 NeurIPS 2023): nine models at the paper's batch sizes, each run for one training step
-(forward, loss, backward, SGD with momentum) on a simulation backend, where parameters and
-activations are (shape, dtype) specs and op costs come from the runtime's cost model.
+(forward, loss, backward, SGD with momentum or AdamW: OPTIMIZERS) on a simulation backend, where
+parameters and activations are (shape, dtype) specs and op costs come from the runtime's cost
+model.
 
 The models are the same coop.nn code as real training; fp32 throughout.
 """
@@ -69,6 +70,8 @@ PAPER_MODELS = OrderedDict([
     ("gpt2", PaperModel(_gpt2, 8, (((512,), LABEL),) * 2)),              # ids, next-token ids
 ])
 
+#: the step's optimizer by name: its state (one tensor per parameter for sgd's momentum, two for
+#: adamw's moments) is made with it, before the step, so a trace holds it as constants
 OPTIMIZERS = {
     "sgd": lambda params: SGD(params, lr=0.1, momentum=0.9),
     "adamw": lambda params: AdamW(params, lr=1e-4),

@@ -61,9 +61,10 @@ def _alignment(program, alignment):
 
 def unlimited(trace, alignment=None):
     """The unlimited run: its metrics, with peak_used_bytes, lower_bound_bytes (docs/design.md's
-    bound, evaluated per op: live constants plus the op's other inputs and outputs) and
-    peak_bytes (the budget ratios' denominator, see `peak`). TraceError if the trace needs
-    more than 2**62 bytes at once."""
+    bound, evaluated per op: live constants plus the op's other inputs and outputs),
+    offload_floor_bytes (the largest op's inputs and outputs, constants it does not read left
+    out: what no host tier can go below) and peak_bytes (the budget ratios' denominator, see
+    `peak`). TraceError if the trace needs more than 2**62 bytes at once."""
     program = _program(trace)
     # placed as under the default policy (coop: partitioned), as runs are recorded: moving a
     # new constant to the low end takes a transient copy, so the peak depends on placement
@@ -110,7 +111,9 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     room_made (times coop moved a kernel's inputs to make room for it), compactions (those
     times it compacted one window to do so), constants_placed (new constants copied down to
     the lowest free range that holds them),
-    peak_used_bytes, records, wall_time (s), records_per_s, the budget in bytes and as a
+    peak_used_bytes, lower_bound_bytes and offload_floor_bytes (docs/design.md: the first runs'
+    largest working sets, with every live constant and with only the constants each op reads),
+    records, wall_time (s), records_per_s, the budget in bytes and as a
     ratio, and where a failed run stopped: failed_record (the record's index), failed_request
     and failed_largest_free (bytes asked for and the largest free range, for "oom"); None for
     a run that completed. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
@@ -188,6 +191,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "constants_placed": counters["constants_placed"],
         "peak_used_bytes": stats["peak_used_bytes"],
         "lower_bound_bytes": counters["lower_bound_bytes"],
+        "offload_floor_bytes": counters["offload_floor_bytes"],
         "records": counters["records"],
         "wall_time": wall,
         "records_per_s": counters["records"] / wall if wall > 0 else float("inf"),
