@@ -21,10 +21,12 @@ cdef struct Best:
 
 cdef struct Ranked:
     # the cheapest window, and a bound from below of every other window's cost (the moving
-    # window's first pass)
+    # window's first pass), over the windows whose forced movers do not outnumber the free
+    # pieces outside them (no other window has a plan)
     Best best
     double second       # the least over the other windows of cost - sum * 1e-10
     bint unsure         # a cost that is not a number was seen: second bounds nothing
+    int bins            # the free pieces (entries of kind K_FREE) in all
 
 
 ctypedef Best* BestAt
@@ -89,6 +91,10 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
             movers += (f & K_MOVER) != 0
             forced += (f & K_FORCED) != 0
             free += (f & K_FREE) != 0
+        elif Visitor is RankedAt:
+            p_right = p_right + value[j]
+            forced += (f & K_FORCED) != 0
+            free += (f & K_FREE) != 0
         else:
             p_right = p_right + value[j]
         covered += cover[j]
@@ -113,19 +119,25 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                     out.sum = p_right
                 p_left = p_left + value[lo]
             else:
-                cost = p_right - p_left
-                lb = cost - p_right * 1e-10     # below the exact sum (MovePlanner.visit)
-                if cost < out.best.cost or not out.best.found:
-                    if out.best.found and out.best.cost - out.best.sum * 1e-10 < out.second:
-                        out.second = out.best.cost - out.best.sum * 1e-10
-                    out.best.found = True
-                    out.best.cost = cost
-                    out.best.lo = lo
-                    out.best.end = j + 1
-                    out.best.sum = p_right
-                elif lb < out.second:
-                    out.second = lb
-                out.unsure = out.unsure or cost != cost
+                f = flags[lo]
+                # a window whose forced movers outnumber the free pieces outside it has no
+                # plan (the full pass drops it too): it neither is the best nor bounds others
+                if forced <= out.bins - free:
+                    cost = p_right - p_left
+                    lb = cost - p_right * 1e-10     # below the exact sum (MovePlanner.visit)
+                    if cost < out.best.cost or not out.best.found:
+                        if out.best.found and out.best.cost - out.best.sum * 1e-10 < out.second:
+                            out.second = out.best.cost - out.best.sum * 1e-10
+                        out.best.found = True
+                        out.best.cost = cost
+                        out.best.lo = lo
+                        out.best.end = j + 1
+                        out.best.sum = p_right
+                    elif lb < out.second:
+                        out.second = lb
+                    out.unsure = out.unsure or cost != cost
+                forced -= (f & K_FORCED) != 0
+                free -= (f & K_FREE) != 0
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1

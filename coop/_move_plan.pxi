@@ -55,6 +55,7 @@ cdef class MovePlanner:
         # first pass: the window of least bound; when its plan costs less than every other
         # window's bound, it is the choice (docs/core.md, "Moving": a search that stays cheap)
         cdef Ranked first
+        first.bins = <int>self.bins.size()
         scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
         self.best_end = 0
         self.best_moved.clear()
