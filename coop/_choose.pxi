@@ -171,7 +171,7 @@ cdef class Chooser:
             if isfinite(rate) and not self.ideal:
                 self.planner.choose(size, now, rate, victims, plan)
             else:
-                total = self.fill(now, False, INFINITY)
+                total = self.fill(now, False)
                 if self.evict_window(size, total, &lo, &end, &cost, &ignored):
                     self.take_window(lo, end, cost, victims, plan)
             return
@@ -223,23 +223,19 @@ cdef class Chooser:
         if best >= 0:
             victims.push_back(at[best].storage)
 
-    cdef size_t fill(self, double now, bint pieces, double rate) noexcept:
+    cdef size_t fill(self, double now, bint pieces) noexcept:
         """Sweep the scan runs into the flat scratch arrays, address order: h = c' / staleness
         (in a branch-free loop the compiler vectorises), sizes, flags and, with pieces, the
-        piece indices; with rate finite, also each entry's move on h's scale, bytes * rate /
-        staleness (docs/core.md, "Moving"). Returns the number of entries."""
+        piece indices. Returns the number of entries. (With moves, MovePlanner.fill sweeps
+        them, mv and the moving window's entries included.)"""
         cdef size_t total = <size_t>self.pieces.count
-        cdef bint moving = isfinite(rate)
         if self.h.size() < total:
             self.h.resize(total)
             self.size.resize(total)
             self.flags.resize(total)
         if pieces and self.piece.size() < total:
             self.piece.resize(total)
-        if moving and self.mv.size() < total:
-            self.mv.resize(total)
         cdef double* hs = self.h.data()
-        cdef double* ms = self.mv.data()
         cdef size_t* ss = self.size.data()
         cdef unsigned char* fs = self.flags.data()
         cdef int* ps = self.piece.data()
@@ -250,17 +246,10 @@ cdef class Chooser:
         cdef double s
         while r >= 0:
             run = &runs.runs[r]
-            if moving:
-                for k in range(run.count):
-                    s = now - run.last_access[k]
-                    s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
-                    hs[base + k] = run.cprime[k] / s
-                    ms[base + k] = <double>run.size[k] * rate / s
-            else:
-                for k in range(run.count):
-                    s = now - run.last_access[k]
-                    s = s if s > 1.0 else 1.0
-                    hs[base + k] = run.cprime[k] / s    # free pieces mirror c' = 0
+            for k in range(run.count):
+                s = now - run.last_access[k]
+                s = s if s > 1.0 else 1.0           # _stale, in the form that vectorises
+                hs[base + k] = run.cprime[k] / s    # free pieces mirror c' = 0
             memcpy(&ss[base], run.size, run.count * sizeof(size_t))
             memcpy(&fs[base], run.flags, run.count)
             if pieces:
@@ -312,9 +301,9 @@ cdef class Chooser:
                              size_t* best_end) noexcept:
         """The compaction window (docs/core.md, "Moving"): the cheapest run of entries, none a
         wall, whose free and candidate bytes cover size; candidates cost h, movers (movable,
-        not candidates) a copy (on h's scale) and free no bytes. Entries [best_lo, best_end) of fill's
-        arrays; False when there is none."""
-        cdef size_t total = self.fill(now, False, rate), j
+        not candidates) a copy (on h's scale) and free no bytes. Entries [best_lo, best_end)
+        of MovePlanner.fill's arrays; False when there is none."""
+        cdef size_t total = self.planner.fill(now, rate), j
         if self.value.size() < total:
             self.value.resize(total)
             self.cover.resize(total)

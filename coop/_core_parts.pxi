@@ -168,14 +168,14 @@ cdef class Chooser:
     cdef vector[size_t] size            # ... its size
     cdef vector[unsigned char] flags    # ... its flags
     cdef vector[int] piece              # ... its piece (fill with pieces)
-    cdef vector[double] mv              # ... its move on h's scale (fill with a finite rate)
+    cdef vector[double] mv              # ... its move on h's scale (MovePlanner.fill)
     cdef vector[double] value           # compact_window's scratch: an entry's cost in the window
     cdef vector[size_t] cover           # ... the bytes it frees
     cdef MovePlanner planner            # the window when pieces may move
     cdef void choose(self, size_t size, int policy, double now, double rate,
                      vector[int]& victims, MovePlan* plan) noexcept
     cdef void choose_one(self, size_t size, int policy, double now, vector[int]& victims) noexcept
-    cdef size_t fill(self, double now, bint pieces, double rate) noexcept
+    cdef size_t fill(self, double now, bint pieces) noexcept
     cdef bint evict_window(self, size_t size, size_t total, size_t* best_lo, size_t* best_end,
                            double* best_cost, double* best_sum) noexcept
     cdef void take_window(self, size_t best_lo, size_t best_end, double best_cost,

@@ -98,7 +98,7 @@ cdef class MovePlanner:
         cdef ScanRuns runs = scan.pieces.runs
         cdef ScanRun* run
         cdef int r = runs.first, k
-        cdef size_t base = 0, j
+        cdef size_t base = 0
         cdef double s, h, m
         cdef uint64_t hb, mb
         cdef unsigned char f, free, cand, movable, mover

@@ -20,12 +20,11 @@ cdef class _Residency(_Room):
         self.pins[s] -= 1
         if release and self.pins[s] == 0 and self.released_pinned[s]:
             self.released_pinned[s] = 0
-            if self.readers[s] > 0:
-                if self.producer[s] >= 0:
-                    self._evict_eagerly(s)
-            else:
+            if self.readers[s] == 0:
                 self.work.push_back(s)     # the caller's pending work, if any, is done too
                 self._collect()
+            elif self.producer[s] >= 0:
+                self._evict_eagerly(s)
         return 0
 
     cdef int _evict_eagerly(self, int s) except -1:
