@@ -73,6 +73,9 @@ cdef class Arena:
     cdef void c_demote(self, int slot) noexcept
     cdef void c_set_evictable(self, int slot, bint flag) noexcept
     cdef void c_set_movable(self, int slot, bint flag) noexcept
+    cdef void c_set_offload(self, int slot, double cost) noexcept
+    cdef bint c_offload_wins(self, int slot) noexcept
+    cdef int c_unbind(self, int slot) except -1
     cdef int c_move(self, int slot, size_t dst) except -1
     cdef int c_slide(self, int slot, size_t dst) except -1
     cdef Py_ssize_t c_compact(self, size_t size, double now, Evictor evictor) except -2

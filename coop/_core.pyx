@@ -190,7 +190,8 @@ cdef object _oom(Arena a, size_t size, policy):
                 run = 0
                 idx = p.next
                 continue
-            if not st.evictable and not (st.movable and isfinite(a.move_rate)):
+            if not st.evictable and not st.offload < INFINITY \
+                    and not (st.movable and isfinite(a.move_rate)):
                 walls += p.size
                 n_walls += 1
                 run = 0
@@ -388,6 +389,30 @@ cdef class Arena:
         self.storages.at[slot].movable = flag
         self.storages.sync(slot)
 
+    cdef void c_set_offload(self, int slot, double cost) noexcept:
+        """slot's way out to the owner's host tier costs cost (INFINITY: it has none); the
+        windows take the cheaper of that and its eviction (docs/core.md, "The host tier")."""
+        self.storages.at[slot].offload = cost
+        self.storages.sync(slot)
+
+    cdef bint c_offload_wins(self, int slot) noexcept:
+        """Whether resident slot, chosen as a victim, leaves by an offload (its offload is the
+        cost the windows counted: _way_out) rather than by eviction."""
+        cdef Storage* st = &self.storages.at[slot]
+        return st.offload < INFINITY and (st.offload < st.cprime or not st.evictable)
+
+    cdef int c_unbind(self, int slot) except -1:
+        """Resident slot leaves its piece without being evicted (the owner has copied its bytes
+        elsewhere: an offload): the piece stays used, anonymous, for the owner to free; slot
+        stays registered, not resident and in no class (nothing recomputes it)."""
+        cdef int idx = self.storages.at[slot].piece
+        if idx < 0:
+            raise ValueError(f"unbind of storage {self.storages.at[slot].sid}: it is not resident")
+        self.table.at[idx].storage = -1
+        self.table.runs.mirror_wall(idx)
+        self.storages.at[slot].piece = -1
+        return 0
+
     cdef int c_move(self, int slot, size_t dst) except -1:
         """Relocate resident slot to the low end of the free piece starting at dst (its bytes
         are the owner's to copy): the new piece is bound to slot, the old one freed without
@@ -543,6 +568,19 @@ cdef class Arena:
     def set_evictable(self, sid, flag):
         self.c_set_evictable(self.storages.slot_of(sid), bool(flag))
 
+    def set_offload(self, sid, cost):
+        """sid's way out to a host tier costs cost (float('inf'): it has none, the default),
+        in its cost's unit; the windows take the cheaper of that and evicting it."""
+        cdef double c = float(cost)
+        if c != c or c < 0.0:
+            raise ValueError(f"an offload cost must be a number >= 0 (inf: none), got {cost!r}")
+        self.c_set_offload(self.storages.slot_of(sid), c)
+
+    def unbind(self, sid):
+        """Resident sid leaves its piece unevicted (its bytes went elsewhere): the piece stays
+        used and anonymous, to be freed by its owner; sid stays registered, not resident."""
+        self.c_unbind(self.storages.slot_of(sid))
+
     def pin(self, sid):
         self.c_pin(self.storages.slot_of(sid), 1)
 
@@ -570,6 +608,7 @@ cdef class Arena:
             "pins": self.c_pins(slot),
             "evictable": bool(self.c_evictable(slot)),
             "movable": bool(st.movable),
+            "offload": st.offload,
             "class_cost": self.storages.classes[st.eq_class].cost if st.eq_class >= 0 else None,
         }
 

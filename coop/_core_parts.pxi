@@ -51,6 +51,9 @@ cdef struct Storage:
     int eq_prev
     bint live          # slot in use (else chained in the storage pool)
     bint movable       # False: the owner cannot relocate it (its memory is held elsewhere)
+    double offload     # cost of its way out to the owner's host tier (copy out and back);
+                       # INFINITY: it may not go there. An offloaded storage is registered,
+                       # not resident, in no class (nothing recomputes it: a copy brings it back)
 
 
 cdef struct EvictedClass:
@@ -80,6 +83,8 @@ cdef struct Counters:
     long long moves            # pieces moved by windows or slid by compaction
     long long bytes_moved      # their sizes
     double move_cost_sum       # their move costs (size * move_rate)
+    long long offloads         # victims that left for the owner's host tier instead
+    long long bytes_offloaded  # their piece sizes
 
 
 @cython.final

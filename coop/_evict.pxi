@@ -27,6 +27,8 @@ cdef class EvictionLoop:
             "window_moves": c.moves,
             "bytes_moved": c.bytes_moved,
             "move_cost": c.move_cost_sum,
+            "offloads": c.offloads,
+            "bytes_offloaded": c.bytes_offloaded,
         }
 
     cdef void lost(self, int slot) noexcept:
@@ -90,9 +92,17 @@ cdef class EvictionLoop:
         cdef bint refused = False
         still = []
         for k in range(ids.size()):
-            if not storages.by_sid.count(ids[k]) or storages.at[storages.by_sid[ids[k]]].piece < 0:
+            if not storages.by_sid.count(ids[k]):
                 self.counts.evictions += 1
                 self.counts.bytes_evicted += sizes[k]
+            elif storages.at[storages.by_sid[ids[k]]].piece < 0:
+                # still registered and in no class: it left for the owner's host tier
+                if storages.at[storages.by_sid[ids[k]]].eq_class < 0:
+                    self.counts.offloads += 1
+                    self.counts.bytes_offloaded += sizes[k]
+                else:
+                    self.counts.evictions += 1
+                    self.counts.bytes_evicted += sizes[k]
             else:
                 refused = True
                 if strict and arena.table.runs.flags(storages.at[storages.by_sid[ids[k]]].piece) \
@@ -101,7 +111,7 @@ cdef class EvictionLoop:
         if still:
             raise InternalError(f"the evict callback left storages {still} resident and "
                                 "evictable; it must free each victim's piece or mark it "
-                                "unevictable")
+                                "unevictable (with no offload)")
         return refused
 
     cdef int carry_out(self, Arena arena, MovePlan* plan, Evictor evictor) except -1:

@@ -35,10 +35,12 @@ cdef class Storages:
             self.pool.pop_back()
         else:
             slot = <int>self.at.size()
-            self.at.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False, True))
+            self.at.push_back(Storage(0, 0.0, 0.0, 0.0, -1, 0, False, -1, 0, 0, False, True,
+                                      INFINITY))
             self.adjacency.push_back(vector[int]())
             self.stamps.push_back(0)
-        self.at[slot] = Storage(key, cost, cost, 0.0, -1, 0, evictable, -1, slot, slot, True, True)
+        self.at[slot] = Storage(key, cost, cost, 0.0, -1, 0, evictable, -1, slot, slot, True, True,
+                               INFINITY)
         self.adjacency[slot].clear()
         self.by_sid[key] = slot
         cdef int n_slot

@@ -52,6 +52,7 @@ class _Storage:
         self.neighbors = set()
         self.evictable = evictable
         self.movable = True
+        self.offload = math.inf   # cost of its way out to a host tier; inf: none
         self.pins = 0
         self.last_access = 0.0
         self.eq_class = None  # equivalence class id while evicted after having been resident
@@ -90,6 +91,8 @@ class ReferenceArena:
         self._moves = 0
         self._bytes_moved = 0
         self._move_cost = 0.0
+        self._offloads = 0
+        self._bytes_offloaded = 0
         self._plan = None  # the last coop choice: (cost, start, pieces, moves)
         self._log = None  # [offset, nbytes or -1, ...] while start_log is in effect
 
@@ -247,7 +250,16 @@ class ReferenceArena:
         if piece[FREE] or piece[STORAGE] is None:
             return False
         st = self._storages[piece[STORAGE]]
-        return st.evictable and st.pins == 0
+        return (st.evictable or st.offload < math.inf) and st.pins == 0
+
+    def _way_out(self, sid):
+        """A candidate's cost of leaving: the cheaper of evicting it (c', when evictable) and
+        offloading it; c' on a tie or when it has no offload."""
+        st = self._storages[sid]
+        cprime = self._cprime(sid)
+        if st.offload < math.inf and (st.offload < cprime or not st.evictable):
+            return st.offload
+        return cprime
 
     def _staleness(self, sid, now):
         s = now - self._storages[sid].last_access
@@ -257,14 +269,14 @@ class ReferenceArena:
         piece = self._pieces[i]
         sid, nbytes = piece[STORAGE], piece[SIZE]
         if policy == "dtr":
-            return self._cprime(sid) / (nbytes * self._staleness(sid, now))
+            return self._way_out(sid) / (nbytes * self._staleness(sid, now))
         if policy == "dte" and not self.ideal:   # an ideal arena has no neighbors in memory
             if i > 0 and self._pieces[i - 1][FREE]:
                 nbytes += self._pieces[i - 1][SIZE]
             if i + 1 < len(self._pieces) and self._pieces[i + 1][FREE]:
                 nbytes += self._pieces[i + 1][SIZE]
         if policy == "dte":
-            return self._cprime(sid) / (nbytes * self._staleness(sid, now))
+            return self._way_out(sid) / (nbytes * self._staleness(sid, now))
         if policy == "lru":
             return self._storages[sid].last_access
         return 1.0 / nbytes  # size
@@ -277,7 +289,7 @@ class ReferenceArena:
             if p[FREE]:
                 h.append(0.0)
             elif self._candidate(p):
-                h.append(self._cprime(p[STORAGE]) / self._staleness(p[STORAGE], now))
+                h.append(self._way_out(p[STORAGE]) / self._staleness(p[STORAGE], now))
             else:
                 h.append(None)
         running = [0.0]
@@ -313,8 +325,8 @@ class ReferenceArena:
             if st is None or st.pins:
                 ways.append(None)
                 continue
-            h = (self._cprime(p[STORAGE]) / self._staleness(p[STORAGE], now)
-                 if st.evictable else None)
+            h = (self._way_out(p[STORAGE]) / self._staleness(p[STORAGE], now)
+                 if st.evictable or st.offload < math.inf else None)
             m = p[SIZE] * rate / self._staleness(p[STORAGE], now) if st.movable else None
             ways.append(None if h is None and m is None else (h, m))
         best = None
@@ -524,6 +536,21 @@ class ReferenceArena:
     def set_evictable(self, sid, flag):
         self._get(sid).evictable = bool(flag)
 
+    def set_offload(self, sid, cost):
+        st = self._get(sid)
+        c = float(cost)
+        if c != c or c < 0.0:
+            raise ValueError(f"an offload cost must be a number >= 0 (inf: none), got {cost!r}")
+        st.offload = c
+
+    def unbind(self, sid):
+        """Resident sid leaves its piece unevicted: the piece stays used, anonymous."""
+        self._get(sid)
+        piece = self._piece_of(_integer(sid, "storage id"))
+        if piece is None:
+            raise ValueError(f"unbind of storage {sid}: it is not resident")
+        piece[STORAGE] = None
+
     def pin(self, sid):
         self._get(sid).pins += 1
 
@@ -551,6 +578,7 @@ class ReferenceArena:
             "pins": st.pins,
             "evictable": st.evictable,
             "movable": st.movable,
+            "offload": st.offload,
             "class_cost": self._classes[st.eq_class][1] if st.eq_class is not None else None,
         }
 
@@ -693,7 +721,10 @@ class ReferenceArena:
             still = []
             for v, nbytes_v in zip(victims, sizes):
                 piece = self._piece_of(v) if v in self._storages else None
-                if piece is None:
+                if piece is None and v in self._storages and self._storages[v].eq_class is None:
+                    self._offloads += 1          # left for the owner's host tier
+                    self._bytes_offloaded += nbytes_v
+                elif piece is None:
                     self._evictions += 1
                     self._bytes_evicted += nbytes_v
                 elif self._candidate(piece):
@@ -726,6 +757,8 @@ class ReferenceArena:
             "window_moves": self._moves,
             "bytes_moved": self._bytes_moved,
             "move_cost": self._move_cost,
+            "offloads": self._offloads,
+            "bytes_offloaded": self._bytes_offloaded,
         }
 
     def check(self):

@@ -47,6 +47,8 @@ def brute_force_plan(arena, nbytes, now):
         if info is not None and not info["pins"]:
             if info["evictable"]:
                 options.append(("evict", info["cprime"] / max(now - info["last_access"], 1.0)))
+            if info["offload"] < math.inf:
+                options.append(("offload", info["offload"] / max(now - info["last_access"], 1.0)))
             if info["movable"] and math.isfinite(rate):
                 options.append(("move", nb * rate / max(now - info["last_access"], 1.0)))
         ways.append(options or None)
@@ -68,8 +70,9 @@ def brute_force_plan(arena, nbytes, now):
     return best
 
 
-def random_layout(seed, rate):
-    """The same small random arena in core and reference; every cost is dyadic."""
+def random_layout(seed, rate, offload=False):
+    """The same small random arena in core and reference; every cost is dyadic. offload: a
+    third of the storages (unevictable ones too) may also leave by an offload."""
     rng = random.Random(seed)
     k = rng.randint(4, 12)
     now = 100
@@ -78,10 +81,13 @@ def random_layout(seed, rate):
         arena.move_cost = rate
         r = random.Random(seed)
         r.randint(4, 12)
+        o = random.Random(seed + 1000)
         sid = 0
         while True:
             arena.add_storage(sid, r.randint(0, 20), r.sample(range(sid), min(sid, r.randint(0, 2))),
                               evictable=r.random() < 0.6)
+            if offload and o.random() < 0.35:
+                arena.set_offload(sid, o.randint(0, 20))
             arena.set_movable(sid, r.random() < 0.7)
             arena.touch(sid, now - r.choice([0, 1, 2, 4, 8]))
             anonymous = r.random() < 0.1
@@ -119,15 +125,17 @@ def check_plan(arena, plan, nbytes, now):
         parts.append(info["nbytes"] * arena.move_cost / max(now - info["last_access"], 1.0))
     for sid in plan["victims"]:
         info = arena.storage_info(sid)
-        assert info["evictable"] and not info["pins"]
-        parts.append(info["cprime"] / max(now - info["last_access"], 1.0))
+        assert (info["evictable"] or info["offload"] < math.inf) and not info["pins"]
+        way = min(([info["cprime"]] if info["evictable"] else []) + [info["offload"]])
+        parts.append(way / max(now - info["last_access"], 1.0))
     assert plan["cost"] == math.fsum(parts)
 
 
+@pytest.mark.parametrize("offload", [False, True])
 @pytest.mark.parametrize("rate", [0.0, 1 / 64, 1 / 16, 1 / 4])
 @pytest.mark.parametrize("seed", range(50))
-def test_moving_window_is_the_brute_force_minimum(seed, rate):
-    (core, reference), now, rng = random_layout(seed, rate)
+def test_moving_window_is_the_brute_force_minimum(seed, rate, offload):
+    (core, reference), now, rng = random_layout(seed, rate, offload)
     assert core.pieces() == reference.pieces()
     for _ in range(4):
         nbytes = rng.randint(0, core.capacity // rng.choice([1, 2]))

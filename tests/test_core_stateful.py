@@ -19,7 +19,7 @@ from reference_arena import ReferenceArena
 
 COUNTERS = ("capacity", "used_bytes", "peak_used_bytes", "free_bytes", "largest_free", "pieces",
             "free_pieces", "evictions", "bytes_evicted", "searches", "failed_allocations",
-            "window_moves", "bytes_moved", "move_cost")
+            "window_moves", "bytes_moved", "move_cost", "offloads", "bytes_offloaded")
 MEANS = ("fragmentation_rate", "largest_free_ratio")
 PLACEMENTS = st.sampled_from([EXPENSIVE, CHEAP, LOWEST])
 
@@ -149,14 +149,16 @@ class ArenaComparison(RuleBasedStateMachine):
 
     @precondition(lambda self: self.sids)
     @rule(data=st.data(),
-          method=st.sampled_from(["set_cost", "set_evictable", "set_movable", "pin", "unpin",
-                                  "touch"]))
+          method=st.sampled_from(["set_cost", "set_evictable", "set_movable", "set_offload",
+                                  "pin", "unpin", "touch"]))
     def metadata(self, data, method):
         sid = data.draw(st.sampled_from(self.sids), label="sid")
         if method == "set_cost":
             args = (data.draw(st.integers(0, 20), label="cost"),)
         elif method in ("set_evictable", "set_movable"):
             args = (data.draw(st.booleans(), label="flag"),)
+        elif method == "set_offload":
+            args = (data.draw(st.sampled_from([math.inf, 0, 1, 3, 7, 20]), label="offload"),)
         elif method == "touch":
             args = (float(self.clock),)
         else:
@@ -219,14 +221,17 @@ class ArenaComparison(RuleBasedStateMachine):
             assert self.both("choose_victims", *args)[0] == "ok"
 
     @rule(data=st.data(), placement=PLACEMENTS, policy=st.sampled_from(POLICIES),
-          owner=st.sampled_from(["frees"] * 6 + ["leaves", "pins", "unevictable"]))
+          owner=st.sampled_from(["frees"] * 4 + ["offloads"] * 2
+                                + ["leaves", "pins", "unevictable"]))
     def allocate_or_evict(self, data, placement, policy, owner):
         self.evict_and_compare(self.request(data), placement, policy, self.now(data),
                                self.storage(data), owner)
 
     def evict_and_compare(self, nbytes, placement, policy, now, storage, owner="frees"):
         """owner: what the callback does with the last victim: frees it like the others, leaves it
-        resident (a RuntimeError in both), or refuses it by pinning it or making it unevictable."""
+        resident (a RuntimeError in both), or refuses it by pinning it or making it unevictable;
+        "offloads" takes each victim's way out as an engine with a host tier does: unbound and
+        then freed (an offload) where its offload is the cheaper, else freed (evicted)."""
         if self.IDEAL and policy == "coop":
             self.refused("allocate_or_evict", nbytes, placement, policy, now, _never_called,
                          storage)
@@ -234,11 +239,21 @@ class ArenaComparison(RuleBasedStateMachine):
         logs = []
         results = []
         moves = self.core.stats()["window_moves"]
+        offloads = self.core.stats()["offloads"]
         for arena in (self.core, self.ref):
             log = []
 
             def evict(victims, arena=arena, log=log):
                 log.append(list(victims))
+                if owner == "offloads":
+                    for sid in victims:
+                        info = arena.storage_info(sid)
+                        offset = info["offset"]
+                        if info["offload"] < math.inf and (info["offload"] < info["cprime"]
+                                                           or not info["evictable"]):
+                            arena.unbind(sid)
+                        arena.free(offset)
+                    return
                 for sid in victims[:-1]:
                     arena.free(arena.storage_info(sid)["offset"])
                 if owner == "frees":
@@ -246,7 +261,9 @@ class ArenaComparison(RuleBasedStateMachine):
                 elif owner == "pins":
                     arena.pin(victims[-1])
                 elif owner == "unevictable":
+                    # no way out at all: not evictable, and no offload
                     arena.set_evictable(victims[-1], False)
+                    arena.set_offload(victims[-1], math.inf)
 
             results.append(outcome(lambda: arena.allocate_or_evict(nbytes, placement, policy, now,
                                                                     evict, storage)))
@@ -255,6 +272,8 @@ class ArenaComparison(RuleBasedStateMachine):
         assert logs[0] == logs[1]
         if self.core.stats()["window_moves"] > moves:
             event("allocate_or_evict: moved pieces")
+        if self.core.stats()["offloads"] > offloads:
+            event("allocate_or_evict: offloaded pieces")
         if results[0][0] == "error":
             assert results[0][1] in ((OutOfMemoryError, InternalError) if owner == "leaves"
                                      else (OutOfMemoryError,))

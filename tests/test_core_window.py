@@ -21,10 +21,11 @@ def brute_force_window(arena, nbytes, now):
             h.append(0.0)
             continue
         info = arena.storage_info(sid) if sid != NO_STORAGE else None
-        if info is None or info["pins"] or not info["evictable"]:
-            h.append(None)
-        else:
-            h.append(info["cprime"] / max(now - info["last_access"], 1.0))
+        ways = [] if info is None or info["pins"] else (
+            ([info["cprime"]] if info["evictable"] else [])
+            + ([info["offload"]] if info["offload"] < math.inf else []))
+        # a piece leaves by its cheaper way: evicted (c') or offloaded
+        h.append(min(ways) / max(now - info["last_access"], 1.0) if ways else None)
     best, victims = None, []
     for i, j in itertools.combinations_with_replacement(range(len(pieces)), 2):
         window = range(i, j + 1)
@@ -37,8 +38,9 @@ def brute_force_window(arena, nbytes, now):
     return victims
 
 
-def random_layout(seed):
-    """The same random arena in core and reference; costs and staleness keep every h dyadic."""
+def random_layout(seed, offload=False):
+    """The same random arena in core and reference; costs and staleness keep every h dyadic.
+    offload: a third of the storages (unevictable ones too) may also leave by an offload."""
     rng = random.Random(seed)
     k = rng.randint(4, 40)
     now = 100
@@ -46,11 +48,14 @@ def random_layout(seed):
     for arena in arenas:
         r = random.Random(seed)
         r.randint(4, 40)
+        o = random.Random(seed + 1000)
         sid = 0
         while True:
             cost = r.randint(0, 20)
             neighbors = r.sample(range(sid), min(sid, r.randint(0, 2)))
             arena.add_storage(sid, cost, neighbors, evictable=r.random() < 0.9)
+            if offload and o.random() < 0.35:
+                arena.set_offload(sid, o.randint(0, 20))
             arena.touch(sid, now - r.choice([0, 1, 2, 4, 8]))
             placement = r.choice([EXPENSIVE, CHEAP])
             anonymous = r.random() < 0.1
@@ -66,9 +71,10 @@ def random_layout(seed):
     return arenas, now, rng
 
 
+@pytest.mark.parametrize("offload", [False, True])
 @pytest.mark.parametrize("seed", range(60))
-def test_coop_window_is_the_brute_force_minimum(seed):
-    (core, reference), now, rng = random_layout(seed)
+def test_coop_window_is_the_brute_force_minimum(seed, offload):
+    (core, reference), now, rng = random_layout(seed, offload)
     assert core.pieces() == reference.pieces()
     for _ in range(5):
         nbytes = rng.randint(0, core.capacity)
@@ -128,3 +134,80 @@ def test_coop_window_ties_go_to_the_lowest_start_then_the_fewest_pieces(Arena):
     # every window costs 0: the lowest start wins, then the fewest pieces
     assert arena.choose_victims(64, "coop", 0) == [0]
     assert arena.choose_victims(192, "coop", 0) == [0, 1]
+
+
+def test_offloads_change_the_windows_chosen():
+    """The offload layouts above are not vacuous: the third way out changes the choice."""
+    changed = 0
+    for seed in range(60):
+        (plain, _), now, rng = random_layout(seed, False)
+        (tier, _), _, _ = random_layout(seed, True)
+        for _ in range(5):
+            nbytes = rng.randint(0, plain.capacity)
+            changed += plain.choose_victims(nbytes, "coop", now) != \
+                tier.choose_victims(nbytes, "coop", now)
+    assert changed >= 30
+
+
+def offloading_evictor(arena):
+    """Each victim leaves by its cheaper way, as an engine with a host tier takes it: unbound
+    from its piece and then the piece freed (an offload), or its piece freed (evicted)."""
+    def evict(victims):
+        for sid in victims:
+            info = arena.storage_info(sid)
+            offset = info["offset"]
+            if info["offload"] < math.inf and (info["offload"] < info["cprime"]
+                                               or not info["evictable"]):
+                arena.unbind(sid)
+            arena.free(offset)
+    return evict
+
+
+def test_an_offload_frees_a_constant_in_the_way(Arena):
+    """A constant (unevictable) splitting the free space is a wall, until it may be offloaded:
+    then it leaves, counted as an offload, registered, not resident and in no class."""
+    arena = Arena(256)
+    arena.add_storage(0, 0.0, evictable=False)
+    build(arena, [(64, "free"), (64, 0), (128, "free")])
+    with pytest.raises(coop.OutOfMemoryError):
+        arena.allocate_or_evict(256, EXPENSIVE, "coop", 0, offloading_evictor(arena))
+    arena.set_offload(0, 5.0)
+    assert arena.choose_victims(256, "coop", 0) == [0]
+    assert arena.allocate_or_evict(256, EXPENSIVE, "coop", 0, offloading_evictor(arena)) == 0
+    stats = arena.stats()
+    assert (stats["offloads"], stats["bytes_offloaded"], stats["evictions"]) == (1, 64, 0)
+    info = arena.storage_info(0)
+    assert (info["resident"], info["class_cost"], info["offload"]) == (False, None, 5.0)
+    arena.check()
+
+
+def test_a_piece_leaves_by_its_cheaper_way(Arena):
+    """An evictable piece whose offload is cheaper than its c' costs the offload in the window
+    (and so wins against a neighbor whose eviction costs more); at a tie it is evicted."""
+    arena = Arena(128)
+    storages(arena, [10.0, 4.0])
+    build(arena, [(64, 0), (64, 1)])
+    assert arena.choose_victims(64, "coop", 0) == [1]
+    arena.set_offload(0, 3.0)
+    assert arena.choose_victims(64, "coop", 0) == [0]
+    plan = arena.choose_plan(64, "coop", 0)
+    assert plan["cost"] == 3.0
+    arena.allocate_or_evict(64, EXPENSIVE, "coop", 0, offloading_evictor(arena))
+    assert (arena.stats()["offloads"], arena.stats()["evictions"]) == (1, 0)
+    arena.set_offload(1, 4.0)            # a tie with its c' of 4: evicted
+    arena.allocate_or_evict(64, EXPENSIVE, "coop", 0, offloading_evictor(arena))
+    assert (arena.stats()["offloads"], arena.stats()["evictions"]) == (1, 1)
+    assert arena.storage_info(1)["class_cost"] == 4.0
+    arena.check()
+
+
+def test_offload_costs_are_checked(Arena):
+    arena = Arena(128)
+    arena.add_storage(0, 1.0)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="offload cost"):
+            arena.set_offload(0, bad)
+    with pytest.raises(ValueError, match="not resident"):
+        arena.unbind(0)
+    arena.set_offload(0, float("inf"))
+    assert arena.storage_info(0)["offload"] == float("inf")
