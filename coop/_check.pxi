@@ -52,8 +52,8 @@ cdef _check(Arena a):
             _fail(f"free piece at {p.offset} is not flagged free in its run")
         if p.storage >= 0:
             st = S.at[p.storage]
-            if (blk.cprime[k] != _way_out(&st) or blk.last_access[k] != st.last_access
-                    or blk.flags[k] != _flags(&st)):
+            if (blk.cprime[k] != _way_out(&st, t.runs.offloads) or blk.last_access[k] != st.last_access
+                    or blk.flags[k] != _flags(&st, t.runs.offloads)):
                 _fail(f"piece at {p.offset} mirrors its storage's scan inputs wrongly")
         if p.storage < 0 and (blk.cprime[k] != 0.0 or (not p.free and blk.flags[k] != 0)):
             _fail(f"piece at {p.offset} has no storage but mirrors one")

@@ -47,6 +47,9 @@ cdef class Arena:
     cdef size_t peak_used               # highest used_bytes so far
     cdef size_t space                   # bytes the pieces tile: capacity, or IDEAL_SPACE if ideal
     cdef double move_rate               # cost of moving one byte; INFINITY: coop never moves
+    cdef bint offload_last              # offloads only when no window without them exists
+    cdef bint offload_taken             # the victims being carried out were chosen with offloads
+    cdef Py_ssize_t n_offload           # registered storages with an offload (finite cost)
     cdef readonly Evictor owner         # evicts for c_request when nothing fits; None: nobody
     cdef public object managed_by       # None, or the backend whose arrays own the pieces: free() refuses
     cdef AllocLog log                   # records allocations, frees and moves while on
@@ -75,6 +78,7 @@ cdef class Arena:
     cdef void c_set_movable(self, int slot, bint flag) noexcept
     cdef void c_set_offload(self, int slot, double cost) noexcept
     cdef bint c_offload_wins(self, int slot) noexcept
+    cdef double c_offload_cost(self, int slot) noexcept
     cdef int c_unbind(self, int slot) except -1
     cdef int c_move(self, int slot, size_t dst) except -1
     cdef int c_slide(self, int slot, size_t dst) except -1

@@ -234,6 +234,7 @@ cdef class Arena:
         # space so large that placement never fails; the budget alone refuses requests
         self.space = IDEAL_SPACE if self.ideal else self.capacity
         self.move_rate = INFINITY
+        self.offload_last = True
         self.table = PieceTable(self.space)
         self.storages = Storages(self.table)
         self.chooser = Chooser(self.table, self.storages, self.ideal)
@@ -347,6 +348,8 @@ cdef class Arena:
     cdef void c_remove_storage(self, int slot) noexcept:
         """Forget slot; a resident one leaves its piece used and anonymous."""
         self.loop.lost(slot)
+        if self.storages.at[slot].offload < INFINITY:
+            self.n_offload -= 1
         self.storages.remove(slot)
 
     cdef int c_bind(self, int slot, size_t offset) except -1:
@@ -390,16 +393,24 @@ cdef class Arena:
         self.storages.sync(slot)
 
     cdef void c_set_offload(self, int slot, double cost) noexcept:
-        """slot's way out to the owner's host tier costs cost (INFINITY: it has none); the
-        windows take the cheaper of that and its eviction (docs/core.md, "The host tier")."""
+        """slot's way out to the owner's host tier costs cost (INFINITY: it has none); a
+        window that counts offloads takes the cheaper of that and its eviction (docs/core.md,
+        "The host tier")."""
+        cdef bint had = self.storages.at[slot].offload < INFINITY
         self.storages.at[slot].offload = cost
+        self.n_offload += (cost < INFINITY) - had
         self.storages.sync(slot)
 
     cdef bint c_offload_wins(self, int slot) noexcept:
-        """Whether resident slot, chosen as a victim, leaves by an offload (its offload is the
-        cost the windows counted: _way_out) rather than by eviction."""
+        """Whether resident slot, a victim being carried out, leaves by an offload: the
+        choice counted offloads and its offload is the cost it counted (_way_out) rather than
+        its eviction."""
         cdef Storage* st = &self.storages.at[slot]
-        return st.offload < INFINITY and (st.offload < st.cprime or not st.evictable)
+        return (self.offload_taken or not self.offload_last) and st.offload < INFINITY \
+            and (st.offload < st.cprime or not st.evictable)
+
+    cdef double c_offload_cost(self, int slot) noexcept:
+        return self.storages.at[slot].offload
 
     cdef int c_unbind(self, int slot) except -1:
         """Resident slot leaves its piece without being evicted (the owner has copied its bytes
@@ -576,6 +587,22 @@ cdef class Arena:
             raise ValueError(f"an offload cost must be a number >= 0 (inf: none), got {cost!r}")
         self.c_set_offload(self.storages.slot_of(sid), c)
 
+    def offload_wins(self, sid):
+        """Whether resident sid, a victim of the choice being carried out (inside an evict
+        callback), leaves by an offload rather than by eviction."""
+        return bool(self.c_offload_wins(self.storages.slot_of(sid)))
+
+    @property
+    def offload_last(self):
+        """True (the default): a choice counts offloads (set_offload) only when none exists
+        without them; False: every choice counts them, each piece leaving by its cheaper way."""
+        return self.offload_last
+
+    @offload_last.setter
+    def offload_last(self, flag):
+        self.offload_last = bool(flag)
+        _remirror(self, not self.offload_last)
+
     def unbind(self, sid):
         """Resident sid leaves its piece unevicted (its bytes went elsewhere): the piece stays
         used and anonymous, to be freed by its owner; sid stays registered, not resident."""
@@ -670,7 +697,7 @@ cdef class Arena:
         cdef int code = policy_code(policy, self.ideal)
         cdef vector[int] victims
         cdef MovePlan plan
-        self.chooser.choose(size, code, _clock_arg(now), self.move_rate, victims, &plan)
+        _choose(self, size, code, _clock_arg(now), victims, &plan)
         return {
             "victims": [self.storages.at[s].sid for s in victims],
             "moves": [(self.storages.at[plan.moves[k]].sid, plan.dst[k])

@@ -89,6 +89,7 @@ cdef struct Counters:
 
 @cython.final
 cdef class ScanRuns:
+    cdef bint offloads                  # the entries count offloads (Storage.offload) as a way out
     cdef vector[ScanRun] runs           # run slots; pointers into it die when it grows
     cdef int first                      # the run holding the piece at offset 0
     cdef int pool                       # unused run slots, chained through next

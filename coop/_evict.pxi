@@ -9,6 +9,35 @@ cdef inline double _monotonic() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+cdef void _remirror(Arena a, bint offloads) noexcept:
+    """Every bound piece's scan entry mirrors its storage with offloads counted or not."""
+    a.table.runs.offloads = offloads
+    cdef int idx = a.table.first
+    cdef int slot
+    while idx >= 0:
+        slot = a.table.at[idx].storage
+        if slot >= 0:
+            a.table.runs.mirror_storage(idx, &a.storages.at[slot])
+        idx = a.table.at[idx].next
+    return
+
+
+cdef bint _choose(Arena a, size_t size, int code, double now, vector[int]& victims,
+                  MovePlan* plan) noexcept:
+    """The policy's choice for size bytes; True when it was made with offloads counted as a
+    way out. With offload_last (the default) offloads count only when no choice exists
+    without them: the scan runs again with them (docs/core.md, "The host tier")."""
+    a.chooser.choose(size, code, now, a.move_rate, victims, plan)
+    if not a.offload_last:
+        return a.n_offload > 0
+    if victims.empty() and plan.moves.empty() and a.n_offload > 0:
+        _remirror(a, True)
+        a.chooser.choose(size, code, now, a.move_rate, victims, plan)
+        _remirror(a, False)
+        return not (victims.empty() and plan.moves.empty())
+    return False
+
+
 @cython.final
 cdef class EvictionLoop:
     """Arena.c_allocate_or_evict's loop, the carrying out of move plans, and compaction."""
@@ -48,12 +77,13 @@ cdef class EvictionLoop:
         cdef double t0
         cdef Py_ssize_t off
         cdef size_t free_bytes
+        cdef bint taken, saved
         while True:
             off = arena.c_allocate(size, placement, slot)
             if off >= 0:
                 return off
             t0 = _monotonic()
-            arena.chooser.choose(size, code, now, arena.move_rate, victims, &plan)
+            taken = _choose(arena, size, code, now, victims, &plan)
             self.counts.search_time += _monotonic() - t0
             self.counts.searches += 1
             free_bytes = arena.capacity - arena.used_bytes
@@ -63,9 +93,15 @@ cdef class EvictionLoop:
                 self.counts.largest_ratio_sum += (
                     <double>arena.largest_free() / <double>free_bytes if free_bytes else 1.0)
                 raise _oom(arena, size, policy)
-            if not plan.moves.empty():
-                self.carry_out(arena, &plan, evictor)
-            self.evict(arena, victims, evictor, True)
+            # the evictor asks c_offload_wins of each victim: offloads only where they counted
+            saved = arena.offload_taken
+            arena.offload_taken = taken
+            try:
+                if not plan.moves.empty():
+                    self.carry_out(arena, &plan, evictor)
+                self.evict(arena, victims, evictor, True)
+            finally:
+                arena.offload_taken = saved
             # the callback may have removed the storage being placed (and maybe registered one
             # in its slot since): the piece must not go to another storage
             if slot >= 0 and self.placing_lost[depth]:

@@ -11,20 +11,21 @@
 from libc.string cimport memmove
 
 
-cdef inline unsigned char _flags(Storage* st) noexcept:
-    """A resident storage's scan flags: W_CANDIDATE (it may be evicted or offloaded) and
-    W_MOVABLE bits, 0 for a wall."""
+cdef inline unsigned char _flags(Storage* st, bint offloads) noexcept:
+    """A resident storage's scan flags: W_CANDIDATE (it may be evicted, or offloaded when the
+    scan counts offloads) and W_MOVABLE bits, 0 for a wall."""
     if st.pins != 0:
         return 0
-    return ((W_CANDIDATE if st.evictable or st.offload < INFINITY else 0)
+    return ((W_CANDIDATE if st.evictable or (offloads and st.offload < INFINITY) else 0)
             | (W_MOVABLE if st.movable else 0))
 
 
-cdef inline double _way_out(Storage* st) noexcept:
-    """What a resident candidate costs to leave, the scan's c': the cheaper of its eviction
-    (c', when evictable) and its offload (Storage.offload), on one scale (docs/core.md); c'
-    for a storage that may not be offloaded (ties: eviction)."""
-    if st.offload < INFINITY and (st.offload < st.cprime or not st.evictable):
+cdef inline double _way_out(Storage* st, bint offloads) noexcept:
+    """What a resident candidate costs to leave, the scan's c': when the scan counts offloads,
+    the cheaper of its eviction (c', when evictable) and its offload (Storage.offload), on one
+    scale (docs/core.md); else, and for a storage that may not be offloaded, c' (ties:
+    eviction)."""
+    if offloads and st.offload < INFINITY and (st.offload < st.cprime or not st.evictable):
         return st.offload
     return st.cprime
 
@@ -94,9 +95,9 @@ cdef class ScanRuns:
         """Mirror the scan inputs of st, bound to piece idx, into its entry."""
         cdef ScanRun* run = &self.runs[self.pieces[0][idx].run]
         cdef int k = self.entry(idx)
-        run.cprime[k] = _way_out(st)
+        run.cprime[k] = _way_out(st, self.offloads)
         run.last_access[k] = st.last_access
-        run.flags[k] = _flags(st)
+        run.flags[k] = _flags(st, self.offloads)
 
     cdef inline void mirror_wall(self, int idx) noexcept:
         """Used piece idx lost its storage: its entry is an anonymous wall."""

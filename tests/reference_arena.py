@@ -93,6 +93,9 @@ class ReferenceArena:
         self._move_cost = 0.0
         self._offloads = 0
         self._bytes_offloaded = 0
+        self.offload_last = True  # offloads count only when no choice exists without them
+        self._open = False        # the choice being made counts offloads
+        self._taken = False       # the victims being carried out were chosen with offloads
         self._plan = None  # the last coop choice: (cost, start, pieces, moves)
         self._log = None  # [offset, nbytes or -1, ...] while start_log is in effect
 
@@ -250,16 +253,23 @@ class ReferenceArena:
         if piece[FREE] or piece[STORAGE] is None:
             return False
         st = self._storages[piece[STORAGE]]
-        return (st.evictable or st.offload < math.inf) and st.pins == 0
+        return (st.evictable or (self._open and st.offload < math.inf)) and st.pins == 0
 
     def _way_out(self, sid):
-        """A candidate's cost of leaving: the cheaper of evicting it (c', when evictable) and
-        offloading it; c' on a tie or when it has no offload."""
+        """A candidate's cost of leaving: when the choice counts offloads, the cheaper of
+        evicting it (c', when evictable) and offloading it; else, on a tie, or when it has no
+        offload, c'."""
         st = self._storages[sid]
         cprime = self._cprime(sid)
-        if st.offload < math.inf and (st.offload < cprime or not st.evictable):
+        if self._open and st.offload < math.inf and (st.offload < cprime or not st.evictable):
             return st.offload
         return cprime
+
+    def offload_wins(self, sid):
+        st = self._get(sid)
+        sid = _integer(sid, "storage id")
+        return bool((self._taken or not self.offload_last) and st.offload < math.inf
+                    and (st.offload < self._cprime(sid) or not st.evictable))
 
     def _staleness(self, sid, now):
         s = now - self._storages[sid].last_access
@@ -326,7 +336,7 @@ class ReferenceArena:
                 ways.append(None)
                 continue
             h = (self._way_out(p[STORAGE]) / self._staleness(p[STORAGE], now)
-                 if st.evictable or st.offload < math.inf else None)
+                 if st.evictable or (self._open and st.offload < math.inf) else None)
             m = p[SIZE] * rate / self._staleness(p[STORAGE], now) if st.movable else None
             ways.append(None if h is None and m is None else (h, m))
         best = None
@@ -397,6 +407,19 @@ class ReferenceArena:
         return total, moved
 
     def _victims(self, size, policy, now):
+        """The choice (victims; the plan's moves in _plan_moves); _open afterwards: whether it
+        counted offloads (with offload_last, only when none exists without them)."""
+        offloading = any(st.offload < math.inf for st in self._storages.values())
+        self._open = offloading and not self.offload_last
+        victims = self._choice(size, policy, now)
+        if self.offload_last and offloading and not victims and not self._plan_moves:
+            self._open = True
+            victims = self._choice(size, policy, now)
+            if not victims and not self._plan_moves:
+                self._open = False
+        return victims
+
+    def _choice(self, size, policy, now):
         self._plan = None
         self._plan_moves = []
         if policy == "none":
@@ -588,7 +611,9 @@ class ReferenceArena:
 
     def choose_victims(self, nbytes, policy, now):
         size = self._request(nbytes)
-        return self._victims(size, self._policy(policy), _clock(now))
+        victims = self._victims(size, self._policy(policy), _clock(now))
+        self._open = False
+        return victims
 
     def allocate_or_evict(self, nbytes, placement, policy, now, evict, storage=NO_STORAGE,
                           move=None):
@@ -692,6 +717,7 @@ class ReferenceArena:
     def choose_plan(self, nbytes, policy, now):
         size = self._request(nbytes)
         victims = self._victims(size, self._policy(policy), _clock(now))
+        self._open = False
         plan = self._plan
         return {"victims": victims, "moves": plan[3] if plan else [],
                 "cost": plan[0] if plan else None, "start": plan[1] if plan else None,
@@ -713,11 +739,16 @@ class ReferenceArena:
                 self._failed += 1
                 self._largest_ratio_sum += self._largest_free() / free if free else 1.0
                 raise self._oom(size)
-            if moves:
-                self._do_moves(moves, move)
-            sizes = [self._piece_of(v)[SIZE] for v in victims]
-            if victims:
-                evict(list(victims))
+            taken, saved = self._open, self._taken
+            self._open, self._taken = False, taken
+            try:
+                if moves:
+                    self._do_moves(moves, move)
+                sizes = [self._piece_of(v)[SIZE] for v in victims]
+                if victims:
+                    evict(list(victims))
+            finally:
+                self._taken = saved
             still = []
             for v, nbytes_v in zip(victims, sizes):
                 piece = self._piece_of(v) if v in self._storages else None

@@ -247,10 +247,8 @@ class ArenaComparison(RuleBasedStateMachine):
                 log.append(list(victims))
                 if owner == "offloads":
                     for sid in victims:
-                        info = arena.storage_info(sid)
-                        offset = info["offset"]
-                        if info["offload"] < math.inf and (info["offload"] < info["cprime"]
-                                                           or not info["evictable"]):
+                        offset = arena.storage_info(sid)["offset"]
+                        if arena.offload_wins(sid):
                             arena.unbind(sid)
                         arena.free(offset)
                     return

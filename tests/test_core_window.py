@@ -11,8 +11,16 @@ from reference_arena import ReferenceArena
 from _arena import build, evictor, storages
 
 
-def brute_force_window(arena, nbytes, now):
-    """Cheapest window by itertools over all (start, end), each cost an exact math.fsum."""
+def brute_force_window(arena, nbytes, now, offloads=None):
+    """Cheapest window by itertools over all (start, end), each cost an exact math.fsum. A
+    piece leaves by its cheaper way, evicted (c') or offloaded, where offloads count: always
+    when offloads is True, never when False; None: as the arena says (offload_last: only when
+    no window exists without them)."""
+    if offloads is None:
+        if not arena.offload_last:
+            return brute_force_window(arena, nbytes, now, True)
+        return brute_force_window(arena, nbytes, now, False) or \
+            brute_force_window(arena, nbytes, now, True)
     pieces = arena.pieces()
     size = max(-(-nbytes // arena.alignment) * arena.alignment, arena.alignment)
     h = []
@@ -23,7 +31,7 @@ def brute_force_window(arena, nbytes, now):
         info = arena.storage_info(sid) if sid != NO_STORAGE else None
         ways = [] if info is None or info["pins"] else (
             ([info["cprime"]] if info["evictable"] else [])
-            + ([info["offload"]] if info["offload"] < math.inf else []))
+            + ([info["offload"]] if offloads and info["offload"] < math.inf else []))
         # a piece leaves by its cheaper way: evicted (c') or offloaded
         h.append(min(ways) / max(now - info["last_access"], 1.0) if ways else None)
     best, victims = None, []
@@ -40,7 +48,8 @@ def brute_force_window(arena, nbytes, now):
 
 def random_layout(seed, offload=False):
     """The same random arena in core and reference; costs and staleness keep every h dyadic.
-    offload: a third of the storages (unevictable ones too) may also leave by an offload."""
+    offload: a third of the storages (unevictable ones too) may also leave by an offload,
+    counted only when nothing else fits ("last") or always ("priced")."""
     rng = random.Random(seed)
     k = rng.randint(4, 40)
     now = 100
@@ -56,6 +65,7 @@ def random_layout(seed, offload=False):
             arena.add_storage(sid, cost, neighbors, evictable=r.random() < 0.9)
             if offload and o.random() < 0.35:
                 arena.set_offload(sid, o.randint(0, 20))
+            arena.offload_last = offload != "priced"
             arena.touch(sid, now - r.choice([0, 1, 2, 4, 8]))
             placement = r.choice([EXPENSIVE, CHEAP])
             anonymous = r.random() < 0.1
@@ -71,7 +81,7 @@ def random_layout(seed, offload=False):
     return arenas, now, rng
 
 
-@pytest.mark.parametrize("offload", [False, True])
+@pytest.mark.parametrize("offload", [False, "last", "priced"])
 @pytest.mark.parametrize("seed", range(60))
 def test_coop_window_is_the_brute_force_minimum(seed, offload):
     (core, reference), now, rng = random_layout(seed, offload)
@@ -138,15 +148,18 @@ def test_coop_window_ties_go_to_the_lowest_start_then_the_fewest_pieces(Arena):
 
 def test_offloads_change_the_windows_chosen():
     """The offload layouts above are not vacuous: the third way out changes the choice."""
-    changed = 0
+    changed = {"last": 0, "priced": 0}
     for seed in range(60):
-        (plain, _), now, rng = random_layout(seed, False)
-        (tier, _), _, _ = random_layout(seed, True)
-        for _ in range(5):
-            nbytes = rng.randint(0, plain.capacity)
-            changed += plain.choose_victims(nbytes, "coop", now) != \
-                tier.choose_victims(nbytes, "coop", now)
-    assert changed >= 30
+        for mode in changed:
+            (plain, _), now, rng = random_layout(seed, False)
+            (tier, _), _, _ = random_layout(seed, mode)
+            for _ in range(5):
+                nbytes = rng.randint(0, plain.capacity)
+                changed[mode] += plain.choose_victims(nbytes, "coop", now) != \
+                    tier.choose_victims(nbytes, "coop", now)
+    # offloads come last: they change only the choices that do not exist without them
+    assert changed["priced"] >= 30 and changed["last"] >= 10
+    assert changed["priced"] > changed["last"]
 
 
 def offloading_evictor(arena):
@@ -154,10 +167,8 @@ def offloading_evictor(arena):
     from its piece and then the piece freed (an offload), or its piece freed (evicted)."""
     def evict(victims):
         for sid in victims:
-            info = arena.storage_info(sid)
-            offset = info["offset"]
-            if info["offload"] < math.inf and (info["offload"] < info["cprime"]
-                                               or not info["evictable"]):
+            offset = arena.storage_info(sid)["offset"]
+            if arena.offload_wins(sid):
                 arena.unbind(sid)
             arena.free(offset)
     return evict
@@ -182,9 +193,11 @@ def test_an_offload_frees_a_constant_in_the_way(Arena):
 
 
 def test_a_piece_leaves_by_its_cheaper_way(Arena):
-    """An evictable piece whose offload is cheaper than its c' costs the offload in the window
-    (and so wins against a neighbor whose eviction costs more); at a tie it is evicted."""
+    """With offloads priced in every choice (offload_last False), an evictable piece whose
+    offload is cheaper than its c' costs the offload in the window (and so wins against a
+    neighbor whose eviction costs more); at a tie it is evicted."""
     arena = Arena(128)
+    arena.offload_last = False
     storages(arena, [10.0, 4.0])
     build(arena, [(64, 0), (64, 1)])
     assert arena.choose_victims(64, "coop", 0) == [1]
@@ -211,3 +224,25 @@ def test_offload_costs_are_checked(Arena):
         arena.unbind(0)
     arena.set_offload(0, float("inf"))
     assert arena.storage_info(0)["offload"] == float("inf")
+
+
+def test_offloads_come_last_by_default(Arena):
+    """offload_last (the default): a cheaper offload does not count while a window exists
+    without offloads; once none does, the choice counts them, and only then do victims leave
+    by an offload."""
+    arena = Arena(192)
+    storages(arena, [10.0, 4.0])
+    arena.add_storage(2, 0.0, evictable=False)
+    build(arena, [(64, 0), (64, 1), (64, 2)])
+    arena.set_offload(0, 3.0)
+    arena.set_offload(2, 1.0)
+    assert arena.offload_last
+    assert arena.choose_victims(64, "coop", 0) == [1]       # as without offloads
+    assert arena.choose_plan(64, "coop", 0)["cost"] == 4.0
+    assert arena.choose_victims(192, "coop", 0) == [0, 1, 2]   # only with offloads
+    assert arena.choose_plan(192, "coop", 0)["cost"] == 3.0 + 4.0 + 1.0
+    arena.free(arena.allocate_or_evict(64, EXPENSIVE, "coop", 0, offloading_evictor(arena)))
+    assert (arena.stats()["offloads"], arena.stats()["evictions"]) == (0, 1)
+    arena.allocate_or_evict(192, EXPENSIVE, "coop", 0, offloading_evictor(arena))
+    assert (arena.stats()["offloads"], arena.stats()["evictions"]) == (2, 1)
+    arena.check()

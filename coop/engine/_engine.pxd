@@ -3,7 +3,8 @@
 # The Engine is one object built from layers, each a cdef class in its own .pxi file that uses
 # only the layers below it: _Clock (clock and counters) < _Records (storage and op tables,
 # memory, record lifetime) < _Room (moves, making room, the retry of a failed first run) <
-# _Residency (pins, rematerialization, demotion, materialize) < _FirstRun (a first run's
+# _Tier (the host tier: offloads, copies back, prefetch) < _Residency (pins, rematerialization,
+# demotion, materialize) < _FirstRun (a first run's
 # records) < _InPlace (recomputable in-place) < Engine (construction, the Python API).
 # Executors (SizeExecutor here, coop._replay's and coop._executor's) use the methods under
 # "executors' API" and read no table directly.
@@ -20,6 +21,7 @@ cdef class Executor:
     cdef public Engine engine      # set by Engine.__init__
     cdef public bint can_move      # relocate moves memory: coop's window may move storages
     cdef public bint can_slide     # slide moves memory in place: making room may compact a window
+    cdef public bint can_offload   # offload, fetch and forget_host copy bytes to and from host memory
     cpdef int run(self, int op) except -1
     cpdef bint drop(self, int storage) except -1
     cpdef int forget(self, int storage) except -1
@@ -28,6 +30,9 @@ cdef class Executor:
     cpdef bint relocate(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
     cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
     cpdef int moved(self) except -1
+    cpdef bint offload(self, int storage) except -1
+    cpdef int fetch(self, int storage, int placement) except -1
+    cpdef int forget_host(self, int storage) except -1
 
 
 cdef class SizeExecutor(Executor):
@@ -69,6 +74,8 @@ cdef class _Records(_Clock):
     cdef vector[vector[uint64_t]] consumers   # ops that read it, as (generation << 32 | op)
     cdef vector[int] needs             # scratch of _rematerialize: pending frames reading it
     cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency
+    cdef vector[unsigned char] on_host # its bytes are in the host tier (offloaded), not resident
+    cdef vector[double] ready_at       # a prefetch's copy back completes then (the clock); 0: none
     cdef vector[int] free_sids         # dead storage ids, reused first
     cdef Py_ssize_t n_alive            # live storage records
     # per op (ids are reused once a record dies; generation tells reuses apart)
@@ -107,6 +114,8 @@ cdef class _Records(_Clock):
     cdef int _kill_op(self, int o) except -1
     # lifetime
     cdef int _die(self, int s) except -1
+    cdef int _host_release(self, int s) except -1
+    cdef int _offer(self, int s) except -1
     cdef void _recycle(self, int s) noexcept
     cdef void _link(self, int o) noexcept
     cdef void _live_consumers(self, int s, vector[int]& out) noexcept
@@ -128,7 +137,29 @@ cdef class _Room(_Records):
     cdef int _release(self, vector[Py_ssize_t]& taken) except -1
 
 
-cdef class _Residency(_Room):
+cdef class _Tier(_Room):
+    cdef readonly bint offloading      # the policy offloads and the executor copies to the host
+    cdef readonly int64_t host_budget  # bytes the host tier may hold (-1: no limit)
+    cdef readonly int64_t host_bytes, host_peak
+    cdef readonly double d2h_rate, h2d_rate   # cost units (ns) per byte of a copy out, back
+    cdef readonly int lookahead        # prefetch: ops ahead a caller may bring inputs back for
+    cdef double d2h_free_at, h2d_free_at      # when each copy engine is next free (the clock)
+    cdef vector[int] host_fifo         # storages put in the host tier, oldest first (may be stale)
+    cdef size_t host_head              # host_fifo's first entry still to look at
+    cdef readonly long long offloads, fetches, prefetches, host_drops, host_refusals
+    cdef readonly int64_t bytes_d2h, bytes_h2d
+    cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
+    cdef readonly double copy_hidden   # prefetched copy time that ran under compute
+    cdef int _offload(self, int s) except -1
+    cdef bint _host_room(self, int64_t need, bint constant) except -1
+    cdef int _host_drop(self, int s) except -1
+    cdef int c_fetch(self, int s) except -1
+    cdef bint c_prefetch(self, int s) except -1
+    cdef int c_await(self, int s) except -1
+    cdef int _placement_of_storage(self, int s) noexcept
+
+
+cdef class _Residency(_Tier):
     cdef void c_pin(self, int s) noexcept
     cdef int c_unpin(self, int s, bint release) except -1
     cdef int c_make_resident(self, int s) except -1

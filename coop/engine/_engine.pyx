@@ -35,7 +35,7 @@ from libcpp.vector cimport vector
 from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor
 
 from coop.engine.cost import DEVICES
-from coop.engine.policies import get_policy
+from coop.engine.policies import POLICIES, get_policy
 from coop.errors import OutOfMemoryError, Thrash
 
 
@@ -49,6 +49,8 @@ cdef enum:
 #: cost units per byte of copying memory when none is given: the a100-80gb's, in nanoseconds
 #: (coop's recorded traces and DTR's logs count nanoseconds)
 DEFAULT_COPY_COST = DEVICES["a100-80gb"].copy_ns_per_byte
+#: (d2h, h2d) cost units per byte of the host link when none is given: the a100-80gb's PCIe
+DEFAULT_LINK = (DEVICES["a100-80gb"].d2h_ns_per_byte, DEVICES["a100-80gb"].h2d_ns_per_byte)
 
 
 cdef class Executor:
@@ -88,6 +90,21 @@ cdef class Executor:
         """The moved storages are bound to their new pieces: the old memory may go now."""
         return 0
 
+    cpdef bint offload(self, int storage) except -1:
+        """Copy resident storage's bytes into host memory kept for it, outside the arena; its
+        memory stays (the engine frees it next, through drop, which must then succeed). False
+        refuses (memory held elsewhere). Called only when can_offload is set."""
+        return False
+
+    cpdef int fetch(self, int storage, int placement) except -1:
+        """Give offloaded storage memory (Engine.c_place, or an allocation then c_bind) that
+        holds the bytes of its host copy; the copy may go (forget_host follows)."""
+        raise NotImplementedError
+
+    cpdef int forget_host(self, int storage) except -1:
+        """storage's host copy is no longer needed: free it."""
+        return 0
+
     cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1:
         """Move resident storage's bytes from offset src down to dst (the ranges may overlap)
         and make the memory at dst its own, the memory at src freeing nothing; False refuses.
@@ -98,6 +115,7 @@ cdef class Executor:
 include "_clock.pxi"
 include "_records.pxi"
 include "_room.pxi"
+include "_tier.pxi"
 include "_residency.pxi"
 include "_first_run.pxi"
 include "_inplace.pxi"
@@ -111,11 +129,16 @@ cdef class Engine(_InPlace):
     per byte of copying memory (None: DEFAULT_COPY_COST), what coop's in-place rule weighs a
     copy at and what a move costs when the policy moves.
 
+    The host tier (a policy that offloads, an executor that can copy to the host): host_budget
+    is the bytes it may hold (None: no limit); link is (d2h, h2d), the cost units per byte of a
+    copy out to the host and back (None: DEFAULT_LINK, the a100-80gb's); lookahead is how many
+    ops ahead a caller (the replayer) brings offloaded inputs back (c_prefetch; 0: none).
+
     The Python API below is the runtime's: every entry checks its ids.
     """
 
     def __init__(self, Arena arena, policy, Executor executor, double thrash_cost=0.0,
-                 copy_cost=None):
+                 copy_cost=None, host_budget=None, link=None, int lookahead=0):
         cdef object record = get_policy(policy)
         # the one check of policy against arena: an ideal arena (no addresses) takes only
         # dtr-ideal, and dtr-ideal only an ideal arena, so coop's window never meets one
@@ -144,9 +167,36 @@ cdef class Engine(_InPlace):
         if record.move and executor.can_move and not arena.ideal:
             self.move_rate = self.copy_cost
         arena.move_cost = self.move_rate
+        self._tier(record, host_budget, link, lookahead)
         arena.attach(self)
         executor.engine = self
         self.cur_op = -1
+
+    def _tier(self, record, host_budget, link, int lookahead):
+        self.offloading = record.offload and self.executor.can_offload and not self.arena.ideal
+        if host_budget is not None and not record.offload:
+            raise ValueError(f"policy {record.name!r} has no host tier, so host_budget="
+                             f"{host_budget!r} would go unused: use an offloading policy "
+                             f"({', '.join(n for n, p in POLICIES.items() if p.offload)}) or "
+                             "leave host_budget out")
+        if host_budget is None:
+            self.host_budget = -1
+        else:
+            if isinstance(host_budget, bool) or not isinstance(host_budget, int) \
+                    or host_budget < 0:
+                raise ValueError(f"host_budget must be a number of bytes >= 0 (None: no "
+                                 f"limit), got {host_budget!r}")
+            self.host_budget = host_budget
+        d2h, h2d = DEFAULT_LINK if link is None else link
+        for name, rate in (("d2h", d2h), ("h2d", h2d)):
+            if isinstance(rate, bool) or not 0.0 <= float(rate) < INFINITY:
+                raise ValueError(f"link: the {name} cost per byte must be a finite number >= 0, "
+                                 f"got {rate!r}")
+        self.d2h_rate = float(d2h)
+        self.h2d_rate = float(h2d)
+        if lookahead < 0:
+            raise ValueError(f"lookahead must be a number of ops >= 0, got {lookahead}")
+        self.lookahead = lookahead if self.offloading else 0
 
     def close(self):
         """Stop owning the arena (its storages stay registered)."""
@@ -340,6 +390,7 @@ cdef class Engine(_InPlace):
         overhead (cost executed / cost of the first runs)."""
         out = self.counters()
         out.update(self.arena.stats())
+        out.update(self.tier_counters())
         out["compute_overhead"] = self.cost_total / self.cost_first if self.cost_first else 1.0
         return out
 

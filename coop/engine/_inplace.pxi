@@ -25,6 +25,8 @@ cdef class _InPlace(_FirstRun):
         self.cur_mode.clear()
         for m in mutated:
             s = self.op_in[o][m]
+            # the host tier's copy of S (kept since S came back) no longer holds S's bytes
+            self._host_release(s)
             p = self.producer[s]
             w = -1
             self._live_consumers(s, live_readers)

@@ -36,6 +36,8 @@ cdef class _Records(_Clock):
         self.consumers.push_back(vector[uint64_t]())
         self.needs.push_back(0)
         self.temp.push_back(0)
+        self.on_host.push_back(0)
+        self.ready_at.push_back(0.0)
         return s
 
     cdef int _new_storage(self, int64_t size, int o, int index, double cost,
@@ -57,6 +59,14 @@ cdef class _Records(_Clock):
             if u != s and self.slot[u] >= 0 and self.producer[u] >= 0:
                 slots.push_back(self.slot[u])
         self.slot[s] = self.arena.c_add_storage(s, cost, slots, evictable)
+        return self._offer(s)
+
+    cdef int _offer(self, int s) except -1:
+        """Registered s's way out to the host tier (_Tier: none below it)."""
+        return 0
+
+    cdef int _host_release(self, int s) except -1:
+        """s's host copy, if any, goes (_Tier: no tier below it)."""
         return 0
 
     # ---- executors' API ------------------------------------------------------------------------
@@ -148,13 +158,16 @@ cdef class _Records(_Clock):
         array) is held: never evicted again."""
         if self.offset[s] < 0 or self.held[s]:
             return 0
+        self._host_release(s)      # evicted, it is recomputed: a cached host copy is no use
         if self.executor.drop(s):
             self.offset[s] = -1
+            self.ready_at[s] = 0.0
         else:
             self.held[s] = 1
             self.held_count += 1
             self.arena.c_set_evictable(self.slot[s], False)
             self.arena.c_set_movable(self.slot[s], False)
+            self.arena.c_set_offload(self.slot[s], INFINITY)
         return 0
 
     cdef int _new_op(self) except -1:
@@ -185,6 +198,7 @@ cdef class _Records(_Clock):
     cdef int _die(self, int s) except -1:
         """Forget s at once (registered by a first run that failed)."""
         self.alive[s] = 0
+        self._host_release(s)
         if self.slot[s] >= 0:
             self.arena.c_remove_storage(self.slot[s])
             self.slot[s] = -1
@@ -201,6 +215,8 @@ cdef class _Records(_Clock):
         self.pins[s] = 0
         self.released_pinned[s] = 0
         self.remade[s] = 0
+        self.on_host[s] = 0
+        self.ready_at[s] = 0.0
         self.consumers[s].clear()
         self.free_sids.push_back(s)
         self.n_alive -= 1
@@ -271,6 +287,7 @@ cdef class _Records(_Clock):
             if not self.alive[s] or self.users[s] or self.readers[s] > 0 or self.pins[s] > 0:
                 continue
             self.alive[s] = 0
+            self._host_release(s)
             if self.slot[s] >= 0:
                 self.arena.c_remove_storage(self.slot[s])
                 self.slot[s] = -1

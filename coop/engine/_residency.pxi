@@ -1,7 +1,7 @@
 # Residency: included by coop/engine/_engine.pyx, declared in _engine.pxd.
 
 
-cdef class _Residency(_Room):
+cdef class _Residency(_Tier):
     """Pins, iterative rematerialization (no recursion limit), demotion of what was recomputed
     only as a dependency, eager eviction of released storages (at release, or after their
     first recompute), and materialize (a storage becomes a constant)."""
@@ -45,10 +45,18 @@ cdef class _Residency(_Room):
         return self.offset[s] >= 0
 
     cdef int _make_resident(self, vector[int]& targets) except -1:
+        """Bring each target back: copied from the host tier if it is there, else recomputed;
+        the clock waits for what is left of a prefetched copy."""
         cdef int target
         for target in targets:
             if self.offset[target] < 0:
-                self._rematerialize(target, targets)
+                if self.on_host[target]:
+                    self.c_fetch(target)
+                else:
+                    self._rematerialize(target, targets)
+        if self.offloading:
+            for target in targets:
+                self.c_await(target)
         return 0
 
     cdef int _rematerialize(self, int target, vector[int]& targets) except -1:
@@ -71,6 +79,8 @@ cdef class _Residency(_Room):
                 i = f_next[top]
                 if i < f_len[top]:
                     dep = f_inputs[f_start[top] + i]
+                    if self.offset[dep] < 0 and self.on_host[dep]:
+                        self.c_fetch(dep)
                     if self.offset[dep] < 0:
                         if self.producer[dep] < 0:
                             raise RuntimeError(f"storage {dep} was lost: it has no producer")
@@ -79,6 +89,8 @@ cdef class _Residency(_Room):
                         self.temp[dep] = 1
                         continue
                     self.c_pin(dep)
+                    if self.offloading:
+                        self.c_await(dep)
                     f_next[top] = i + 1
                     continue
                 if self.offset[s] < 0:

@@ -70,6 +70,7 @@ cdef class _Room(_Records):
         cdef vector[int] keep            # o's resident inputs and outputs, flags lifted
         cdef vector[int] kept_pins
         cdef vector[unsigned char] kept_ev
+        cdef vector[double] kept_off
         cdef vector[Py_ssize_t] taken
         cdef bint found = False
         cdef int s, slot, k
@@ -85,7 +86,9 @@ cdef class _Room(_Records):
             slot = self.slot[s]
             kept_pins.push_back(self.arena.c_pins(slot))
             kept_ev.push_back(self.arena.c_evictable(slot))
+            kept_off.push_back(self.arena.c_offload_cost(slot))
             self.arena.c_set_evictable(slot, False)
+            self.arena.c_set_offload(slot, INFINITY)
             self.arena.c_pin(slot, -self.arena.c_pins(slot))
         try:
             for req in need:
@@ -113,6 +116,7 @@ cdef class _Room(_Records):
                 slot = self.slot[keep[k]]
                 self.arena.c_pin(slot, kept_pins[k])
                 self.arena.c_set_evictable(slot, kept_ev[k])
+                self.arena.c_set_offload(slot, kept_off[k])
         if found:
             self.room_made += 1
         return found

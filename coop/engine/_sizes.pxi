@@ -9,6 +9,14 @@ cdef class SizeExecutor(Executor):
     def __cinit__(self, *args, **kwargs):
         self.can_move = True       # no bytes to copy: a move is the arena's bookkeeping
         self.can_slide = True
+        self.can_offload = True    # ... and so is an offload: the host tier counts bytes
+
+    cpdef bint offload(self, int s) except -1:
+        return True
+
+    cpdef int fetch(self, int s, int placement) except -1:
+        self.engine.c_place(s, placement)
+        return 0
 
     cpdef bint relocate(self, int s, Py_ssize_t src, Py_ssize_t dst) except -1:
         return True

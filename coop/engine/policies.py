@@ -26,6 +26,8 @@ class Policy:
     move: core ``coop`` may move pieces out of its window instead of evicting them, and make room
     before a recompute by moving its inputs (docs/core.md, Moving), where the executor can move
     memory;
+    offload: a piece may also leave by an offload to the host tier (constants included), at the
+    host link's cost, where the executor can copy to the host (docs/core.md, "The host tier");
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
     of ``core`` in ``coop._core.POLICIES``), for Cython owners.
     """
@@ -36,6 +38,7 @@ class Policy:
     inplace: bool
     ideal: bool = False
     move: bool = False
+    offload: bool = False
     core_code: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -62,6 +65,9 @@ POLICIES = {p.name: p for p in (
     # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
     Policy("dtr-ideal", "dtr", partition=False, inplace=False, ideal=True),
     Policy("coop-no-move", "coop", partition=True, inplace=True),
+    # coop with the host tier: a piece leaves its window by eviction, a move or an offload,
+    # whichever costs least (opt-in: the tier needs host memory and a link to it)
+    Policy("coop-offload", "coop", partition=True, inplace=True, move=True, offload=True),
 )}
 
 

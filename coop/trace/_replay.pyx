@@ -259,11 +259,12 @@ cdef class Replayer:
     cdef readonly int last_op          # the program op of the last call or mutate run, or -1
 
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
-                 copy_cost=None):
+                 copy_cost=None, host_budget=None, link=None, int lookahead=0):
         self.prog = prog
         self.executor = _ReplayExecutor()
         self.executor.prog = prog
-        self.engine = Engine(arena, policy, self.executor, thrash_cost, copy_cost)
+        self.engine = Engine(arena, policy, self.executor, thrash_cost, copy_cost, host_budget,
+                             link, lookahead)
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
         self.last_op = -1
@@ -284,6 +285,8 @@ cdef class Replayer:
                 self._unheld(arg, i)
             if kind == R_CALL or kind == R_MUTATE:
                 self._apply(arg, kind == R_MUTATE)
+                if e.lookahead > 0:
+                    self._prefetch(i)
             elif kind == R_CONSTANT:
                 if self.sid_of[arg] >= 0:
                     raise ValueError(f"record {i}: value {arg} is defined twice")
@@ -300,12 +303,14 @@ cdef class Replayer:
 
     def finish(self):
         """The end of the trace: every value the program still holds is made resident and
-        pinned (a recompute may be needed)."""
+        pinned (a recompute may be needed), or stays in the host tier, where it is safe."""
         cdef int v, s
         cdef Engine e = self.engine
         for v in range(self.prog.n_values):
             if self.held[v]:
                 s = self.sid_of[v]
+                if e.on_host[s]:
+                    continue
                 e.c_pin(s)
                 e.c_make_resident(s)
 
@@ -319,6 +324,28 @@ cdef class Replayer:
         if not 0 <= v < self.prog.n_values:
             raise IndexError(f"value {v} is not in the program's {self.prog.n_values}")
         return self.sid_of[v]
+
+    cdef int _prefetch(self, Py_ssize_t i) except -1:
+        """The host tier's lookahead: the inputs of the next `lookahead` ops after record i
+        that wait in the host tier start coming back now (Engine.c_prefetch: only into free
+        ranges), nearest op first."""
+        cdef Program p = self.prog
+        cdef Engine e = self.engine
+        cdef Py_ssize_t j, n = p.rec_kind.size()
+        cdef int seen = 0, t, k, v, kind
+        for j in range(i + 1, n):
+            if seen >= e.lookahead:
+                break
+            kind = p.rec_kind[j]
+            if kind != R_CALL and kind != R_MUTATE:
+                continue
+            seen += 1
+            t = p.rec_arg[j]
+            for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
+                v = p.ins[k]
+                if self.held[v] and e.on_host[self.sid_of[v]]:
+                    e.c_prefetch(self.sid_of[v])
+        return 0
 
     cdef int _unheld(self, int v, Py_ssize_t i) except -1:
         state = "released" if self.sid_of[v] >= 0 else "not defined yet"

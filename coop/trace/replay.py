@@ -29,7 +29,11 @@ THRASH = 2.0
 _UNLIMITED = MAX_BYTES
 #: the policies that must complete at ratio 1.0 (`none` never evicts: it needs no fragmentation;
 #: DTR's in-place rule keeps a mutated constant's old version: more than the program's peak)
-PEAK_POLICIES = tuple(p for p in POLICIES if p != "none" and POLICIES[p].inplace)
+#: (an offloading policy is left out: the peak is the device-only runs')
+PEAK_POLICIES = tuple(p for p in POLICIES
+                      if p != "none" and POLICIES[p].inplace and not POLICIES[p].offload)
+#: ops ahead whose offloaded inputs a replay brings back early (the host tier's prefetch)
+DEFAULT_LOOKAHEAD = 4
 
 
 def _program(trace):
@@ -48,6 +52,13 @@ def copy_cost(program):
     if rate is not None:
         return float(rate)
     return DEVICES.get(program.meta.get("cost_model"), DEVICES["a100-80gb"]).copy_ns_per_byte
+
+
+def host_link(program):
+    """(d2h, h2d): the cost of copying one byte to the host and back, in the trace's cost
+    units, from its cost model's device (meta cost_model; a100-80gb, the recorders' default)."""
+    spec = DEVICES.get(program.meta.get("cost_model"), DEVICES["a100-80gb"])
+    return spec.d2h_ns_per_byte, spec.h2d_ns_per_byte
 
 
 def _alignment(program, alignment):
@@ -100,7 +111,8 @@ def peak(trace, alignment=None):
 
 
 def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash=THRASH,
-           peak_bytes=None, check=False):
+           peak_bytes=None, check=False, host_budget=None, lookahead=DEFAULT_LOOKAHEAD,
+           device=None):
     """Replay trace (a path or Program) under a budget (bytes: an int or "6GiB") or a ratio of
     its unlimited peak, with one of coop.engine.policies.POLICIES.
 
@@ -118,6 +130,15 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     and failed_largest_free (bytes asked for and the largest free range, for "oom"); None for
     a run that completed. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
     is broken).
+
+    The host tier (an offloading policy: coop-offload): host_budget is the bytes it may hold
+    (None: no limit; bytes or "64GiB"), lookahead the ops ahead whose offloaded inputs are
+    brought back early, device the cost model whose host link prices the copies (a name of
+    coop.engine.cost.DEVICES; None: the trace's). The result then also has offloads, fetches
+    (copies back on demand), prefetches, bytes_d2h, bytes_h2d, copy_exposed (link time the
+    clock waited for, in the trace's cost units, part of compute_overhead), copy_hidden
+    (prefetched copy time under compute), host_peak_bytes, host_drops (recomputable copies
+    dropped for room) and host_refusals (constants the full tier refused).
     """
     program = _program(trace)
     ideal = get_policy(policy).ideal
@@ -141,7 +162,14 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
                          f"{thrash!r}")
     arena = Arena(nbytes, align, ideal=ideal)
     limit = thrash * program.cost_first if thrash else 0.0
-    replayer = Replayer(program, arena, policy, limit, copy_cost(program))
+    if device is not None and device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    link = host_link(program) if device is None else (DEVICES[device].d2h_ns_per_byte,
+                                                       DEVICES[device].h2d_ns_per_byte)
+    if host_budget is not None:
+        host_budget = parse_budget(host_budget)
+    replayer = Replayer(program, arena, policy, limit, copy_cost(program), host_budget, link,
+                        lookahead)
     status = "ok"
     failed = dict(failed_record=None, failed_request=None, failed_largest_free=None)
     t0 = time.perf_counter()
@@ -160,6 +188,8 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         arena.check()
     counters = replayer.counters()
     stats = arena.stats()
+    tier = replayer.engine.tier_counters()
+    del tier["host_bytes"]
     cost_first = program.cost_first
     overhead = counters["cost_total"] / cost_first if cost_first else 1.0
     if status == "ok" and thrash and overhead > thrash:
@@ -193,6 +223,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "lower_bound_bytes": counters["lower_bound_bytes"],
         "offload_floor_bytes": counters["offload_floor_bytes"],
         "records": counters["records"],
+        **tier,
         "wall_time": wall,
         "records_per_s": counters["records"] / wall if wall > 0 else float("inf"),
         **failed,

@@ -1,0 +1,212 @@
+# The host tier: included by coop/engine/_engine.pyx, declared in _engine.pxd. Uses the room
+# layer (the core's callbacks) and the records; the residency layer above brings storages back.
+
+
+cdef class _Tier(_Room):
+    """A second tier of memory outside the arena (the host's, pinned on CuPy): a storage may
+    leave a window by an offload (its bytes copied out, then its piece freed) instead of being
+    evicted or moved, and comes back by a copy (c_fetch), on demand or ahead of its use
+    (c_prefetch). The window prices an offload on its one scale (docs/core.md, "The host
+    tier"): the copy out and the copy back, bytes times d2h_rate + h2d_rate, over staleness.
+
+    The link is modelled with one copy engine per direction: a copy starts when its engine is
+    free, and the clock waits for what it cannot hide (copy_exposed, charged as executed cost):
+    all of a copy out (the range it frees is reused at once) and of a copy back on demand; of a
+    prefetched copy back only what is left of it when its reader starts (c_await).
+
+    A storage brought back keeps its host copy (on_host 2: cached) until its bytes change (an
+    in-place op mutates it: c_prepare_inplace) or the tier needs the room: leaving again then
+    costs no copy out, and the window prices it at the copy back alone. Parameters, optimizer
+    state and kept gradients are read many times and written once per step: their copies out
+    happen once."""
+
+    cdef int _offer(self, int s) except -1:
+        """s is registered (or its host copy changed): with the tier on and s not held by a
+        user's array, it may leave by an offload at the copies' cost; with a cached host copy,
+        at the copy back's alone."""
+        cdef double rate
+        if self.offloading and not self.held[s] and self.slot[s] >= 0:
+            rate = self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate
+            self.arena.c_set_offload(self.slot[s],
+                                     <double>self.arena.request_size(self.size[s]) * rate)
+        return 0
+
+    cdef int evict(self, Arena arena, vector[int]& victims) except -1:
+        """The core's victims (slots): each leaves by the way the window counted for it, an
+        offload where that was the cheaper (Arena.c_offload_wins), else eviction; one whose
+        host copy is cached leaves by an offload always (it copies nothing)."""
+        cdef int v, s
+        for v in victims:
+            s = <int>arena.c_sid(v)
+            if self.offloading and (self.on_host[s] == 2 or arena.c_offload_wins(v)):
+                self._offload(s)
+            else:
+                self._drop(s)
+        return 0
+
+    cdef int _offload(self, int s) except -1:
+        """Copy resident s out to the host tier and free its piece. When the tier has no room:
+        a recomputable s is evicted instead; a constant is refused (it stays, never to be
+        offloaded again) once no recomputable copy can be dropped for it. One the executor
+        cannot copy (its memory held by a user's array) is held, as _drop holds it."""
+        cdef int64_t need = self.arena.request_size(self.size[s])
+        cdef double start, done
+        if self.offset[s] < 0 or self.held[s]:
+            return 0
+        if self.on_host[s] == 2:
+            # its host copy holds its bytes: the piece is freed, nothing is copied
+            self.arena.c_unbind(self.slot[s])
+            if not self.executor.drop(s):
+                raise RuntimeError(f"the executor could not free offloaded storage {s}")
+            self.offset[s] = -1
+            self.ready_at[s] = 0.0
+            self.on_host[s] = 1
+            self.offloads += 1
+            return self._offer(s)
+        if not self._host_room(need, self.producer[s] < 0):
+            if self.producer[s] >= 0:
+                return self._drop(s)
+            self.arena.c_set_offload(self.slot[s], INFINITY)
+            self.host_refusals += 1
+            return 0
+        if not self.executor.offload(s):
+            self.held[s] = 1
+            self.held_count += 1
+            self.arena.c_set_evictable(self.slot[s], False)
+            self.arena.c_set_movable(self.slot[s], False)
+            self.arena.c_set_offload(self.slot[s], INFINITY)
+            return 0
+        self.arena.c_unbind(self.slot[s])
+        if not self.executor.drop(s):
+            raise RuntimeError(f"the executor copied storage {s} out but could not free it")
+        self.offset[s] = -1
+        self.ready_at[s] = 0.0
+        self.on_host[s] = 1
+        self.host_bytes += need
+        if self.host_bytes > self.host_peak:
+            self.host_peak = self.host_bytes
+        self.host_fifo.push_back(s)
+        self.offloads += 1
+        self.bytes_d2h += self.size[s]
+        # the copy out: the freed range is reused at once, so the clock waits for all of it
+        start = self.d2h_free_at if self.d2h_free_at > self.now else self.now
+        done = start + <double>self.size[s] * self.d2h_rate
+        self.d2h_free_at = done
+        self.copy_exposed += done - self.now
+        self._charge_copy(done - self.now)
+        return 0
+
+    cdef bint _host_room(self, int64_t need, bint constant) except -1:
+        """Whether need more bytes fit the host tier, after dropping what it can, oldest first:
+        cached copies of resident storages (nothing is lost), then, for a constant, copies of
+        offloaded recomputable storages (they become evicted: recomputed when needed). The copy
+        of an offloaded constant is never dropped."""
+        if self.host_budget < 0 or self.host_bytes + need <= self.host_budget:
+            return True
+        if need > self.host_budget:
+            return False
+        cdef size_t k, kept
+        cdef int x, sweep
+        for sweep in range(2 if constant else 1):
+            kept = 0
+            for k in range(self.host_fifo.size()):
+                x = self.host_fifo[k]
+                if self.host_bytes + need > self.host_budget and self.alive[x]:
+                    if self.on_host[x] == 2:
+                        self._host_release(x)
+                    elif sweep == 1 and self.on_host[x] == 1 and self.producer[x] >= 0:
+                        self._host_drop(x)
+                if self.alive[x] and self.on_host[x]:
+                    self.host_fifo[kept] = x
+                    kept += 1
+            self.host_fifo.resize(kept)
+            if self.host_bytes + need <= self.host_budget:
+                return True
+        return False
+
+    cdef int _host_drop(self, int s) except -1:
+        """Drop recomputable s's host copy: s is evicted from now on."""
+        self._host_release(s)
+        self.arena.c_evicted(self.slot[s])
+        self.host_drops += 1
+        return 0
+
+    cdef int _host_release(self, int s) except -1:
+        """s's host copy goes (its record died, its bytes changed, or it is dropped); a
+        resident s leaving again would have to copy out."""
+        cdef bint cached
+        if self.on_host[s]:
+            cached = self.on_host[s] == 2
+            self.on_host[s] = 0
+            self.host_bytes -= self.arena.request_size(self.size[s])
+            self.executor.forget_host(s)
+            if cached and self.alive[s]:
+                self._offer(s)
+        return 0
+
+    cdef int _placement_of_storage(self, int s) noexcept:
+        """Where s goes when it comes back: its producer's placement, a constant at the low end."""
+        return self.placement_of[self.producer[s]] if self.producer[s] >= 0 else PLACE_LOWEST
+
+    cdef int c_fetch(self, int s) except -1:
+        """Bring offloaded s back on demand: memory for it (placed as its producer's outputs,
+        evicting as the policy chooses), its bytes copied back; the clock waits for the copy."""
+        cdef double start, done
+        self.executor.fetch(s, self._placement_of_storage(s))
+        if self.offset[s] < 0:
+            raise RuntimeError(f"the executor's fetch did not bring storage {s} back")
+        self.on_host[s] = 2      # the host copy stays, cached
+        self._offer(s)
+        self.fetches += 1
+        self.bytes_h2d += self.size[s]
+        start = self.h2d_free_at if self.h2d_free_at > self.now else self.now
+        done = start + <double>self.size[s] * self.h2d_rate
+        self.h2d_free_at = done
+        self.copy_exposed += done - self.now
+        self._charge_copy(done - self.now)
+        return 0
+
+    cdef bint c_prefetch(self, int s) except -1:
+        """Start bringing offloaded s back ahead of its use, when it fits a free range as is
+        (a prefetch never evicts): the copy runs on the host-to-device engine while ops run;
+        its reader waits for what is left of it (c_await). False when s is not offloaded or
+        does not fit."""
+        cdef double start, done
+        if self.on_host[s] != 1 or self.offset[s] >= 0 \
+                or self.arena.largest_free() < self.arena.request_size(self.size[s]):
+            return False
+        self.executor.fetch(s, self._placement_of_storage(s))
+        if self.offset[s] < 0:
+            raise RuntimeError(f"the executor's fetch did not bring storage {s} back")
+        self.on_host[s] = 2
+        self._offer(s)
+        self.arena.c_touch(self.slot[s], self.now)   # just brought back: not the next victim
+        self.prefetches += 1
+        self.bytes_h2d += self.size[s]
+        start = self.h2d_free_at if self.h2d_free_at > self.now else self.now
+        done = start + <double>self.size[s] * self.h2d_rate
+        self.h2d_free_at = done
+        self.ready_at[s] = done
+        self.copy_hidden += done - start
+        return True
+
+    cdef int c_await(self, int s) except -1:
+        """s is about to be read: the clock waits for what is left of its prefetched copy."""
+        cdef double wait
+        if self.ready_at[s] > 0.0:
+            wait = self.ready_at[s] - self.now
+            self.ready_at[s] = 0.0
+            if wait > 0.0:
+                self.copy_hidden -= wait
+                self.copy_exposed += wait
+                self._charge_copy(wait)
+        return 0
+
+    def tier_counters(self):
+        """The host tier's counters (Runtime.stats, replays, coop bench)."""
+        return {"offloads": self.offloads, "fetches": self.fetches,
+                "prefetches": self.prefetches, "bytes_d2h": self.bytes_d2h,
+                "bytes_h2d": self.bytes_h2d, "copy_exposed": self.copy_exposed,
+                "copy_hidden": self.copy_hidden, "host_bytes": self.host_bytes,
+                "host_peak_bytes": self.host_peak, "host_drops": self.host_drops,
+                "host_refusals": self.host_refusals}

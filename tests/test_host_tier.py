@@ -1,0 +1,160 @@
+"""The host tier (policy coop-offload): a piece leaves its window by eviction, a move or an
+offload to host memory, and comes back by a copy, on demand or prefetched. Replays of hand-
+written traces give hand-computed counters; the tier never changes a run that completes
+without it; a full tier refuses a constant with nothing lost; bad arguments name the fix."""
+import json
+
+import pytest
+
+import coop.trace.replay as R
+from coop._core import Arena
+from coop.engine import Engine, SizeExecutor
+from coop.engine.cost import DEVICES
+
+A100 = DEVICES["a100-80gb"]
+D2H, H2D = A100.d2h_ns_per_byte, A100.h2d_ns_per_byte    # 0.04 ns per byte each way
+
+
+def write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def call(name, inputs, out, size, cost=1e4):
+    return {"op": "call", "name": name, "inputs": inputs,
+            "outputs": [{"id": out, "size": size, "alias": -1}], "cost": cost}
+
+
+#: w (2048 bytes) is read by f and, after g, m1 and m2, by h; a budget of 6144 cannot hold w
+#: beside g's input and output (2048 + 3072), nor beside k's (3072 + 2048): w must leave twice,
+#: and nothing else can (every other piece is an input of the op that needs the room)
+TRACE = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 2048},
+    call("f", [0], 1, 2048),
+    call("g", [1], 2, 3072),
+    {"op": "release", "id": 1},
+    call("m1", [2], 3, 512),
+    call("m2", [3], 4, 512),
+    {"op": "release", "id": 3},
+    call("h", [0, 2], 5, 512),
+    {"op": "release", "id": 5},
+    {"op": "release", "id": 4},
+    call("k", [2], 6, 2048),
+]
+
+
+@pytest.fixture
+def trace(tmp_path):
+    return write(tmp_path / "t.jsonl", TRACE)
+
+
+def tier(result):
+    return {k: result[k] for k in ("offloads", "fetches", "prefetches", "bytes_d2h",
+                                   "bytes_h2d", "host_peak_bytes", "host_drops",
+                                   "host_refusals")}
+
+
+def test_without_the_tier_the_constant_is_a_wall(trace):
+    for policy in ("coop", "coop-no-move", "dtr"):
+        assert R.replay(trace, budget=6144, policy=policy)["status"] == "oom"
+
+
+def test_the_constant_leaves_twice_and_comes_back_once_on_demand(trace):
+    """Without lookahead: w is copied out at g (exposed: the range is reused at once), copied
+    back on demand at h (exposed), and leaves again at k with nothing copied: its host copy,
+    kept since it came back, still holds its bytes."""
+    r = R.replay(trace, budget=6144, policy="coop-offload", lookahead=0, check=True)
+    assert r["status"] == "ok"
+    assert tier(r) == {"offloads": 2, "fetches": 1, "prefetches": 0, "bytes_d2h": 2048,
+                       "bytes_h2d": 2048, "host_peak_bytes": 2048, "host_drops": 0,
+                       "host_refusals": 0}
+    assert (r["evictions"], r["recomputes"]) == (0, 0)
+    assert r["copy_exposed"] == pytest.approx(2048 * D2H + 2048 * H2D)
+    assert r["copy_hidden"] == 0.0
+    # the ops' cost, the exposed copies and the window's moves (room made by moving b)
+    assert r["cost_total"] == pytest.approx(6e4 + 2048 * (D2H + H2D) + r["move_cost"])
+
+
+def test_a_prefetch_hides_the_copy_back_under_compute(trace):
+    """With lookahead 2, after m1 the replay sees h read w: w fits the free range, so its
+    copy back starts then and runs under m2 (1e4 ns): h waits for nothing."""
+    r = R.replay(trace, budget=6144, policy="coop-offload", lookahead=2, check=True)
+    assert r["status"] == "ok"
+    assert (r["offloads"], r["fetches"], r["prefetches"], r["bytes_h2d"]) == (2, 0, 1, 2048)
+    assert r["copy_exposed"] == pytest.approx(2048 * D2H)
+    assert r["copy_hidden"] == pytest.approx(2048 * H2D)
+    assert r["cost_total"] == pytest.approx(6e4 + 2048 * D2H + r["move_cost"])
+
+
+def test_a_full_host_tier_refuses_the_constant_and_loses_nothing(trace):
+    """A tier of 1024 bytes cannot take w: it is refused (it stays, a wall again) and the
+    run fails as it does without the tier, every invariant holding."""
+    r = R.replay(trace, budget=6144, policy="coop-offload", host_budget=1024, check=True)
+    assert r["status"] == "oom"
+    assert (r["offloads"], r["host_refusals"], r["host_peak_bytes"]) == (0, 1, 0)
+    r = R.replay(trace, budget=6144, policy="coop-offload", host_budget="2KiB", check=True)
+    assert (r["status"], r["offloads"], r["host_peak_bytes"]) == ("ok", 2, 2048)
+
+
+def test_the_device_names_the_link(trace):
+    h200 = DEVICES["h200"]
+    r = R.replay(trace, budget=6144, policy="coop-offload", lookahead=0, device="h200")
+    assert r["copy_exposed"] == pytest.approx(2048 * (h200.d2h_ns_per_byte
+                                                      + h200.h2d_ns_per_byte))
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        R.replay(trace, budget=6144, policy="coop-offload", device="tpu")
+
+
+def test_a_mutated_constant_copies_out_again(tmp_path):
+    """w leaves for g, comes back for u, and leaves again for b's recompute at k. Read by u, its
+    host copy still holds its bytes and the second offload copies nothing; mutated by u, the
+    copy is dropped and the second offload copies w out again."""
+    def trace(*u):
+        return write(tmp_path / "u.jsonl", [
+            {"op": "meta", "alignment": 512},
+            {"op": "constant", "id": 0, "size": 2048},       # w
+            {"op": "constant", "id": 1, "size": 1024},       # x
+            call("g", [1], 2, 3072),                          # b: w must leave
+            *u,                                               # w back: b evicted for it
+            call("k", [2], 4, 1024),                          # b recomputed: w leaves again
+        ])
+    read = R.replay(trace(call("u", [0], 3, 0), {"op": "release", "id": 3}), budget=5120, policy="coop-offload",
+                    lookahead=0, check=True)
+    mutated = R.replay(trace({"op": "mutate", "name": "u", "inputs": [0], "mutated": [0],
+                              "outputs": [], "cost": 1e4}),
+                       budget=5120, policy="coop-offload", lookahead=0, check=True)
+    for r, copied_out in ((read, 2048), (mutated, 4096)):
+        assert r["status"] == "ok"
+        assert (r["offloads"], r["fetches"], r["bytes_d2h"], r["bytes_h2d"]) == \
+            (2, 1, copied_out, 2048)
+        assert (r["evictions"], r["recomputes"]) == (1, 1)
+
+
+def test_the_tier_changes_nothing_where_a_run_completes_without_it(trace):
+    """Offloads come last (Arena.offload_last): at a budget where coop completes, coop-offload
+    makes the same choices, to the last counter."""
+    for budget in (8192, 7168):
+        a = R.replay(trace, budget=budget, policy="coop")
+        b = R.replay(trace, budget=budget, policy="coop-offload")
+        assert a["status"] == b["status"] == "ok"
+        for key in a:
+            if key not in ("policy", "wall_time", "records_per_s", "search_time"):
+                assert a[key] == b[key], key
+        assert b["offloads"] == 0
+
+
+def test_host_tier_arguments_name_the_fix():
+    arena = Arena(4096, 512)
+    with pytest.raises(ValueError, match="policy 'coop' has no host tier.*coop-offload"):
+        Engine(arena, "coop", SizeExecutor(), host_budget=1024)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="host_budget must be a number of bytes"):
+            Engine(Arena(4096, 512), "coop-offload", SizeExecutor(), host_budget=bad)
+    with pytest.raises(ValueError, match="the h2d cost per byte"):
+        Engine(Arena(4096, 512), "coop-offload", SizeExecutor(), link=(0.1, -1.0))
+    with pytest.raises(ValueError, match="lookahead must be"):
+        Engine(Arena(4096, 512), "coop-offload", SizeExecutor(), lookahead=-2)
+    e = Engine(Arena(4096, 512), "coop-offload", SizeExecutor())
+    assert e.offloading and e.host_budget == -1
+    assert Engine(Arena(4096, 512), "coop", SizeExecutor()).offloading is False
