@@ -1,7 +1,8 @@
 """The CuPy backend's host tier: to_host, from_host and free_host of a runtime's bound pool.
 
-Without a GPU: argument errors, the 0-byte round trip (no memory, stream or event) and, on a
-fake driver, the order of the events around a copy. On a CUDA device (`cuda`): bytes back
+Without a GPU: argument errors, the 0-byte round trip (no memory, stream or event), where
+from_host's array lands for each placement (its copy only enqueued) and, on a fake driver, the
+order of the events around a copy. On a CUDA device (`cuda`): bytes back
 exactly, a freed piece reused while the copy out of it or into it could still run, and the
 pinned memory released by free_host."""
 import weakref
@@ -81,6 +82,26 @@ def test_an_empty_array_goes_to_the_host_and_back_without_memory_or_driver(fake_
         backend.from_host(copy, CHEAP)
     with pytest.raises(ValueError, match="released by free_host"):
         copy.numpy()
+    fake_pool.arena.check()
+
+
+@pytest.mark.parametrize("placement", [EXPENSIVE, CHEAP])
+def test_from_host_allocates_in_the_arena_with_the_placement_then_enqueues_the_copy(
+        fake_pool, monkeypatch, placement):
+    """Where from_host's array lands (the copy itself, which needs a device, is only enqueued
+    here: on_copy_stream is replaced by a recorder)."""
+    enqueued = []
+    monkeypatch.setattr(streams, "on_copy_stream",
+                        lambda device_id, copy: enqueued.append(device_id) or "e1")
+    backend = fake_pool.bound()
+    copy = HostCopy((1000,), np.dtype(np.float32), 4000, 0)
+    back = backend.from_host(copy, placement)
+    capacity = fake_pool.arena.capacity
+    assert fake_pool.offset_of(back) == (0 if placement == EXPENSIVE else capacity - 4096)
+    assert (back.shape, back.dtype, back.flags.c_contiguous) == ((1000,), cupy.float32, True)
+    assert enqueued == [0] and copy.done == "e1"
+    del back
+    assert fake_pool.used_bytes() == 0
     fake_pool.arena.check()
 
 
