@@ -3,9 +3,12 @@
 #     bash benchmarks/device_check.sh
 # It builds coop in place, collects the `cuda`-marked tests (also as if mpi4py had no MPI
 # library), runs them file by file (one failing or uncollectable file never stops the others)
-# with tests/test_cupy_*.py, the probes of benchmarks/device_probes.py (reservation error,
-# stream reuse while a kernel still writes, per-thread default streams, cost model, CUDA-event
-# timing and its overhead, dropout recompute, embedding backward), benchmarks/bench_alloc.py
+# with tests/test_cupy_*.py (tests/test_cupy_host_tier.py among them: the host tier's copies
+# raced against reuse of their pieces), the probes of benchmarks/device_probes.py (reservation
+# error, stream reuse while a kernel still writes, per-thread default streams, cost model,
+# CUDA-event timing and its overhead, dropout recompute, embedding backward, the host link and
+# a 256 MiB round trip through the host tier with its rates beside the cost model's; rerun those
+# two alone with `device_probes.py --only host_link,host_tier`), benchmarks/bench_alloc.py
 # (coop's pool vs CuPy's MemoryPool per allocate + free) and benchmarks/gpt_check.py
 # (examples/train_gpt.py's GPT on CuPy, unlimited and at 0.5x, losses and final parameters
 # compared bit for bit; without and with dropout). It ends with one summary table

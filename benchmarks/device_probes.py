@@ -7,10 +7,11 @@ memory; memory freed on one stream reused on another while a slow kernel still w
 cost="timing" (CUDA events) and its overhead against the cost model; dropout through coop recomputed bit for bit after an eviction;
 the embedding backward with repeated indices run twice and against NumPy; the host link
 (pinned host memory to and from the device on a non-blocking stream: bytes back unchanged, the
-rates each way beside the cost model's); a runtime used on another device (with two or more
-devices).
+rates each way beside the cost model's); the host tier (256 MiB through the bound pool's
+to_host and from_host: bytes back unchanged, the rates each way beside the cost model's and the
+plain link's); a runtime used on another device (with two or more devices).
 
-Run: python benchmarks/device_probes.py [--out DIR]   (writes DIR/probes.json)
+Run: python benchmarks/device_probes.py [--out DIR] [--only NAME,...]   (writes DIR/probes.json)
 """
 import argparse
 import json
@@ -240,7 +241,54 @@ def host_link():
            f"{rates[way] / model[way]:.2f})" if model[way] else f" (cost model {spec.name}: none)")
         for way in rates)
     report("host_link", exact, ("bytes back unchanged; " if exact else "BYTES DIFFER; ") + detail)
+    for way, rate in rates.items():      # numbers, not probes (a probe's entry is a dict)
+        results[f"host_link_{way}_bytes_per_s"] = rate
     cupy.cuda.set_allocator(None)
+
+
+def host_tier():
+    """256 MiB to pinned host memory and back through the bound pool's to_host / from_host
+    (the copy stream, events both ways), timed by CUDA events on the current stream around
+    each call (median of 5 after one warm-up that pins the memory): the bytes come back
+    unchanged, and the rates each way beside the cost model's and the plain link's."""
+    from coop._core import EXPENSIVE
+    nbytes = 256 * 2**20
+    pool = coop.allocator("1GiB")
+    backend = pool.bound()
+    times = {"d2h": [], "h2d": []}
+    exact = True
+    with pool:
+        source = cupy.arange(nbytes // 4, dtype=cupy.uint32)   # every word distinct
+        for i in range(6):
+            start, middle, end = cupy.cuda.Event(), cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            copy = backend.to_host(source)
+            middle.record()       # the current stream passes it once the copy out is done
+            back = backend.from_host(copy, EXPENSIVE)
+            end.record()
+            end.synchronize()
+            backend.free_host(copy)
+            if i:
+                times["d2h"].append(cupy.cuda.get_elapsed_time(start, middle) / 1e3)
+                times["h2d"].append(cupy.cuda.get_elapsed_time(middle, end) / 1e3)
+            exact = exact and bool((back == source).all())
+            del back
+    rates = {way: nbytes / float(np.median(t)) for way, t in times.items()}
+    for way, rate in rates.items():
+        results[f"host_tier_{way}_bytes_per_s"] = rate
+    name = coop.Runtime(coop.allocator("64MiB")).cost_model.name
+    spec = coop.DEVICES.get(name, coop.DEVICES["a100-80gb"])
+    parts = []
+    for way, rate in rates.items():
+        model = getattr(spec, f"{way}_bytes_per_s", None)
+        text = f"{way} {rate / 1e9:.1f} GB/s (cost model {spec.name}: " + (
+            f"{model / 1e9:.1f}, measured/model {rate / model:.2f}" if model else "none")
+        plain = results.get(f"host_link_{way}_bytes_per_s")
+        if plain:
+            text += f"; plain link {plain / 1e9:.1f}"
+        parts.append(text + ")")
+    report("host_tier_round_trip", exact,
+           ("256 MiB back unchanged; " if exact else "BYTES DIFFER; ") + ", ".join(parts))
 
 
 def other_device():
@@ -259,12 +307,22 @@ def other_device():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated probe names (e.g. host_link,host_tier)")
     args = parser.parse_args()
+    probes = (reservation, streams, per_thread_streams, costs, timing_overhead,
+              dropout_recompute, embedding_backward, host_link, host_tier, other_device)
+    if args.only is not None:
+        names = {p.__name__ for p in probes}
+        wanted = [name for name in args.only.split(",") if name]
+        unknown = sorted(set(wanted) - names)
+        if unknown:
+            parser.error(f"no probe named {', '.join(unknown)}; probes: {', '.join(sorted(names))}")
+        probes = [p for p in probes if p.__name__ in wanted]
     if not cupy.cuda.is_available():
         print("no CUDA device visible to CuPy: nothing to probe")
         return 3
-    for probe in (reservation, streams, per_thread_streams, costs, timing_overhead,
-                  dropout_recompute, embedding_backward, host_link, other_device):
+    for probe in probes:
         try:
             probe()
         except Exception as err:  # noqa: BLE001 - a crash is a result

@@ -3,8 +3,8 @@
 OUT/status.tsv has one line per section: name, exit status, seconds ("-" and a reason when it
 did not run: "no device", "out of time"). Tests are read from OUT/tests_*.log (pytest's last
 line), probes from OUT/probes.json, allocation speed from OUT/alloc.json, GPT runs from
-OUT/gpt_*.json, the timing overhead from the probes. Prints one table; exit status 1 when a
-row failed.
+OUT/gpt_*.json, the timing overhead from the probes, the host tier from its tests' log and its
+round-trip probe. Prints one table; exit status 1 when a row failed.
 
 Run: python benchmarks/device_summary.py OUT
 """
@@ -24,6 +24,7 @@ ROWS = [  # (row, the sections it reads)
     ("GPT bit-exact 0.5x", ["gpt"]),
     ("GPT dropout 0.5x", ["gpt_dropout"]),
     ("timing overhead", ["probes"]),
+    ("host tier", ["probes"]),
 ]
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
 
@@ -73,6 +74,20 @@ def tests_row(out):
     return (not bad and total.get("passed", 0) > 0), detail + ("; " + "; ".join(bad) if bad else "")
 
 
+def host_tier_row(out, probes):
+    """The host tier's tests (their own log) and its 256 MiB round trip (a probe)."""
+    try:
+        with open(os.path.join(out, "tests_test_cupy_host_tier.log"), errors="replace") as f:
+            counts = pytest_counts(f.read())
+    except OSError:
+        counts = {}
+    probe = probes.get("host_tier_round_trip") or {}
+    tests = ", ".join(f"{n} {what}" for what, n in counts.items()) or "no result"
+    ok = (probe.get("ok") is True and counts.get("passed", 0) > 0
+          and not counts.get("failed") and not counts.get("errors"))
+    return ok, f"tests {tests}; {probe.get('detail', 'round trip not probed')}"
+
+
 def collect_row(out, name):
     try:
         with open(os.path.join(out, f"{name}.log"), errors="replace") as f:
@@ -102,6 +117,8 @@ def row(out, name, section, status):
             probe = probes.get("timing_overhead") or {}
             return (probe.get("ok") is not False and ratio is not None,
                     probe.get("detail", "not measured"))
+        if name == "host tier":
+            return host_tier_row(out, probes)
         kinds = [r["ok"] for r in probes.values() if isinstance(r, dict)]
         failed = [k for k, r in probes.items() if isinstance(r, dict) and r["ok"] is False]
         return (rc == "0" and bool(kinds)), (f"{kinds.count(True)} pass, {len(failed)} fail, "

@@ -18,6 +18,11 @@ gets memory after frees on A, B waits on an event recorded on A after those free
 they share one handle. ``coop.backends.streams`` keeps this bookkeeping, only once a
 second stream appears.
 
+Host tier: a runtime's bound pool copies an array to pinned host memory (``to_host``, a
+``HostCopy``), back into the arena (``from_host``) and releases the host copy (``free_host``),
+each copy on the device's copy stream and ordered with the current stream by events (see
+``coop.backends.streams.on_copy_stream``).
+
 A coop.Runtime binds to the device current when it is made (`bound`): used with another device
 current, it raises ``RuntimeError``; the pool itself serves every device (one arena each).
 
@@ -27,11 +32,14 @@ driver: the pool neither reserves memory nor reads the current device or stream 
 """
 import collections
 import contextlib
+import ctypes
 import gc
 import os
 import sys
 import threading
 import weakref
+
+import numpy
 
 import cupy
 from cupy.cuda import memory_hook
@@ -46,7 +54,7 @@ from coop.backends.base import Backend
 from coop.budget import Budget
 from coop.errors import OutOfMemoryError
 
-__all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "allocator"]
+__all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "HostCopy", "allocator"]
 
 ALIGNMENT = 512  # CuPy's own pool rounds to 512 bytes; cudaMalloc returns 512-aligned bases
 _ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation (not exported to Python by CuPy)
@@ -103,6 +111,13 @@ def _wait_event(event):
 
 def _elapsed_ms(start, end):
     return cupy.cuda.get_elapsed_time(start, end)   # both done
+
+
+def _pinned(nbytes):
+    """nbytes of pinned host memory from CuPy's current pinned allocator (by default its pinned
+    pool, which keeps freed blocks for reuse by size; set_pinned_memory_allocator(None):
+    cudaHostAlloc and cudaFreeHost each time)."""
+    return cupy.cuda.alloc_pinned_memory(nbytes)
 
 
 def _reserve(device_id, nbytes):
@@ -600,6 +615,66 @@ class _BoundPool(Backend):
         moved.data.copy_from_device_async(array.data, array.nbytes)
         return moved
 
+    # -- the host tier: copies to pinned host memory and back (streams.on_copy_stream) --
+    def to_host(self, array):
+        """A HostCopy of the C-contiguous device array's bytes in pinned host memory, copied on
+        the device's copy stream after the current stream's work so far. The array may be
+        dropped at once: the current stream's next work waits for the copy."""
+        pool = self._live()
+        if not isinstance(array, cupy.ndarray):
+            raise TypeError(f"coop: to_host copies a cupy.ndarray, not {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            raise ValueError(
+                f"coop: to_host copies a C-contiguous array's bytes, but this array (shape "
+                f"{array.shape}, strides {array.strides}, {array.dtype}) is not C-contiguous; "
+                f"copy it first (cupy.ascontiguousarray(array)) or pass the whole array of "
+                f"its storage")
+        if array.data.device_id != self.device_id:
+            raise ValueError(f"coop: to_host got an array on device {array.data.device_id}, but "
+                             f"this runtime is bound to device {self.device_id}")
+        self._check(pool)
+        nbytes = array.nbytes
+        copy = HostCopy(array.shape, array.dtype, nbytes, self.device_id)
+        if nbytes:   # no bytes, nothing to order: no memory, stream or event
+            memory = _pinned(nbytes)
+            copy.memory = memory
+            copy.host = numpy.ndarray(array.shape, array.dtype, memory)
+            source = array.data
+            copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
+                source.copy_to_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)))
+        return copy
+
+    def from_host(self, copy, placement):
+        """A new C-contiguous device array (allocated with this placement class, so it may
+        evict) holding the HostCopy's bytes, copied on the device's copy stream after the
+        current stream's work so far; the current stream's next work waits for the copy."""
+        pool = self._live()
+        if not isinstance(copy, HostCopy):
+            raise TypeError(f"coop: from_host takes what to_host returned (a HostCopy), not "
+                            f"{type(copy).__name__}")
+        if copy.device_id != self.device_id:
+            raise ValueError(f"coop: this host copy was made on device {copy.device_id}, but "
+                             f"this runtime is bound to device {self.device_id}")
+        if copy.freed:
+            raise ValueError(f"coop: this host copy ({copy.nbytes} bytes, shape {copy.shape}) "
+                             f"was released by free_host: it has no bytes to copy back")
+        self._check(pool)
+        with pool.placing(placement):
+            array = cupy.empty(copy.shape, copy.dtype)
+        if copy.nbytes:
+            memory, target, nbytes = copy.memory, array.data, copy.nbytes
+            copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
+                target.copy_from_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)))
+        return array
+
+    def free_host(self, copy):
+        """Release the HostCopy's pinned memory now (after its last copy, if that is still
+        running: the memory may be handed out again at once); a second call does nothing."""
+        if not isinstance(copy, HostCopy):
+            raise TypeError(f"coop: free_host takes what to_host returned (a HostCopy), not "
+                            f"{type(copy).__name__}")
+        copy.release()
+
     def install(self):
         pool = self._live()
         self._check(pool)
@@ -608,6 +683,44 @@ class _BoundPool(Backend):
     def uninstall(self):
         """Undo the last install() of this thread."""
         self._live().uninstall()
+
+
+class HostCopy:
+    """A device array's bytes in pinned host memory (what to_host returns): its ``shape``,
+    ``dtype``, ``nbytes`` and device, the memory until released, and the event recorded after
+    the last copy into or out of it."""
+    __slots__ = ("shape", "dtype", "nbytes", "device_id", "memory", "host", "done", "freed")
+
+    def __init__(self, shape, dtype, nbytes, device_id):
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = nbytes
+        self.device_id = device_id
+        self.memory = None     # the PinnedMemoryPointer; None with 0 bytes and once released
+        self.host = None       # a NumPy array over memory (shape, dtype); None as memory is
+        self.done = None       # the event after the last copy into or out of memory, or None
+        self.freed = False     # released: its bytes are gone
+
+    def numpy(self):
+        """The bytes as a NumPy array of the array's shape and dtype, once the last copy is
+        done (waits for it); a view of the pinned memory, which it keeps alive."""
+        if self.freed:
+            raise ValueError(f"coop: this host copy ({self.nbytes} bytes) was released by "
+                             f"free_host")
+        if self.done is not None:
+            _wait_event(self.done)
+        return self.host if self.host is not None else numpy.empty(self.shape, self.dtype)
+
+    def release(self):
+        """Drop the pinned memory, after the last copy if it still runs (twice: nothing)."""
+        if self.done is not None and not _event_done(self.done):
+            _wait_event(self.done)   # a copy still reads or writes it
+        self.done = self.host = self.memory = None
+        self.freed = True
+
+    def __repr__(self):
+        state = "released" if self.freed else "pinned"
+        return f"<coop HostCopy {self.shape} {self.dtype}, {self.nbytes} bytes {state}>"
 
 
 class EventTimer:

@@ -6,7 +6,9 @@ once (A's order protects it); before another stream B receives memory after free
 (``cudaStreamWaitEvent``) on an event recorded on A after those frees. Per-thread default streams
 (``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``) share one handle but are distinct streams, one per
 thread. ``StreamOrder`` is one device's bookkeeping; the pool makes it when a second stream
-allocates. The driver calls are the functions below, which tests replace with fakes.
+allocates. ``on_copy_stream`` runs a copy to or from host memory on the device's copy stream,
+ordered with the current stream both ways by events. The driver calls are the functions below,
+which tests replace with fakes.
 """
 import itertools
 import threading
@@ -14,7 +16,8 @@ import weakref
 
 import cupy
 
-__all__ = ["PER_THREAD_STREAM", "StreamOrder", "current_stream", "thread_number"]
+__all__ = ["PER_THREAD_STREAM", "StreamOrder", "copy_stream", "current_stream", "on_copy_stream",
+           "thread_number"]
 
 PER_THREAD_STREAM = cupy.cuda.runtime.streamPerThread  # the handle every thread's PTDS shares
 
@@ -60,6 +63,12 @@ def synchronize(device_id):
 
 def done(event):
     return event.done       # cudaEventQuery: never waits
+
+
+def new_copy_stream(device_id):
+    with cupy.cuda.Device(device_id):
+        # non-blocking: the legacy default stream does not serialize with it
+        return cupy.cuda.Stream(non_blocking=True)
 
 
 def _liveness(key, stream):
@@ -193,3 +202,49 @@ class StreamOrder:
         for other in pending:
             wait(stream, self.events[other])
             waited[other] = self.recorded[other]
+
+
+# ---- copies to and from host memory -------------------------------------------------------------
+
+_copy_streams = {}               # device id -> its copy stream, made at its first host copy
+_copy_streams_lock = threading.Lock()
+
+
+def copy_stream(device_id):
+    """The device's stream for copies to and from host memory (one per device, made at the
+    first use, kept for the process)."""
+    stream = _copy_streams.get(device_id)
+    if stream is None:
+        with _copy_streams_lock:
+            stream = _copy_streams.get(device_id)
+            if stream is None:
+                stream = _copy_streams[device_id] = new_copy_stream(device_id)
+    return stream
+
+
+def on_copy_stream(device_id, copy):
+    """Enqueue ``copy(stream)`` on the device's copy stream after the current stream's work so
+    far (an event recorded on it), and the current stream's later work after the copy (it
+    waits on an event recorded after the copy); returns that event, done once the copy is.
+
+    The wait on the current stream is what makes a piece freed right after a copy safe: the
+    pool hands a freed piece out at once (frees are not stream ordered), and the next kernel
+    on the current stream, or on a stream that waits for this one's frees (StreamOrder), runs
+    only after the copy read or wrote it."""
+    # What CuPy does with these (cupy/cuda/stream.pyx, memory.pyx): Event.record(stream) is
+    # runtime.eventRecord(event.ptr, stream.ptr); Stream.wait_event(event) is
+    # runtime.streamWaitEvent(stream.ptr, event.ptr), which orders the stream's later work after
+    # the event's last record (the wait is enqueued, the host does not block);
+    # MemoryPointer.copy_to_host_async / copy_from_host_async(ptr, size, stream) is
+    # runtime.memcpyAsync(..., stream.ptr), asynchronous only from pinned memory, and nothing at
+    # all for size 0. No CuPy call here synchronizes the host.
+    current = current_stream(device_id)[1]
+    side = copy_stream(device_id)
+    ready = new_event()
+    record(ready, current)
+    wait(side, ready)
+    copy(side)
+    finished = new_event()
+    record(finished, side)
+    wait(current, finished)
+    return finished

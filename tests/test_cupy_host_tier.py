@@ -1,0 +1,279 @@
+"""The CuPy backend's host tier: to_host, from_host and free_host of a runtime's bound pool.
+
+Without a GPU: argument errors, the 0-byte round trip (no memory, stream or event), where
+from_host's array lands for each placement (its copy only enqueued) and, on a fake driver, the
+order of the events around a copy. On a CUDA device (`cuda`): bytes back
+exactly, a freed piece reused while the copy out of it or into it could still run, and the
+pinned memory released by free_host."""
+import weakref
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+import coop  # noqa: E402
+from coop._core import CHEAP, EXPENSIVE  # noqa: E402
+from coop.backends import streams  # noqa: E402
+from coop.backends.cupy import HostCopy  # noqa: E402
+
+MiB = 1 << 20
+BASE = 0x7F0000000000
+
+
+@pytest.fixture
+def fake_pool():
+    """A pool on caller-owned fake memory (base=): arrays with shapes and pointers, no driver."""
+    pool = coop.allocator("1MiB", base=BASE)
+    with pool:
+        yield pool
+
+
+# ---- without a GPU -----------------------------------------------------------------------------
+
+def test_to_host_refuses_a_non_contiguous_array_and_names_the_fix(fake_pool):
+    array = cupy.empty((4, 6), dtype=cupy.float32)
+    with pytest.raises(ValueError, match=r"shape \(4, 3\), strides \(24, 8\), float32\) is not "
+                                         r"C-contiguous.*cupy\.ascontiguousarray\(array\)"):
+        fake_pool.bound().to_host(array[:, ::2])
+
+
+def test_to_host_refuses_a_numpy_array_and_an_array_of_another_device(fake_pool):
+    backend = fake_pool.bound()
+    with pytest.raises(TypeError, match="to_host copies a cupy.ndarray, not ndarray"):
+        backend.to_host(np.zeros(4))
+    memory = cupy.cuda.memory.UnownedMemory(0x7E0000000000, 96, None, device_id=1)
+    other = cupy.ndarray((4, 6), cupy.float32, cupy.cuda.MemoryPointer(memory, 0))
+    with pytest.raises(ValueError, match="array on device 1, but this runtime is bound to "
+                                         "device 0"):
+        backend.to_host(other)
+
+
+def test_from_host_and_free_host_take_only_host_copies(fake_pool):
+    backend = fake_pool.bound()
+    with pytest.raises(TypeError, match=r"from_host takes what to_host returned \(a HostCopy\), "
+                                        r"not ndarray"):
+        backend.from_host(np.zeros(4), EXPENSIVE)
+    with pytest.raises(TypeError, match="free_host takes what to_host returned"):
+        backend.free_host(None)
+    stranger = HostCopy((4,), np.dtype(np.float32), 16, 1)
+    with pytest.raises(ValueError, match="made on device 1, but this runtime is bound to "
+                                         "device 0"):
+        backend.from_host(stranger, EXPENSIVE)
+
+
+def test_an_empty_array_goes_to_the_host_and_back_without_memory_or_driver(fake_pool):
+    backend = fake_pool.bound()
+    copy = backend.to_host(cupy.empty((0, 3), dtype=cupy.float16))
+    assert (copy.nbytes, copy.shape, copy.dtype) == (0, (0, 3), np.dtype(np.float16))
+    assert copy.memory is None and copy.done is None and not copy.freed
+    host = copy.numpy()
+    assert isinstance(host, np.ndarray) and (host.shape, host.dtype) == ((0, 3), np.float16)
+    back = backend.from_host(copy, CHEAP)
+    assert isinstance(back, cupy.ndarray) and back.flags.c_contiguous
+    assert (back.shape, back.dtype, back.nbytes) == ((0, 3), cupy.float16, 0)
+    assert fake_pool.used_bytes() == 0       # no piece for no bytes
+    backend.free_host(copy)
+    assert copy.freed and repr(copy) == "<coop HostCopy (0, 3) float16, 0 bytes released>"
+    backend.free_host(copy)                  # twice: nothing
+    assert (copy.nbytes, copy.shape) == (0, (0, 3))   # the bookkeeping stays readable
+    with pytest.raises(ValueError, match=r"host copy \(0 bytes, shape \(0, 3\)\) was released "
+                                         r"by free_host"):
+        backend.from_host(copy, CHEAP)
+    with pytest.raises(ValueError, match="released by free_host"):
+        copy.numpy()
+    fake_pool.arena.check()
+
+
+@pytest.mark.parametrize("placement", [EXPENSIVE, CHEAP])
+def test_from_host_allocates_in_the_arena_with_the_placement_then_enqueues_the_copy(
+        fake_pool, monkeypatch, placement):
+    """Where from_host's array lands (the copy itself, which needs a device, is only enqueued
+    here: on_copy_stream is replaced by a recorder)."""
+    enqueued = []
+    monkeypatch.setattr(streams, "on_copy_stream",
+                        lambda device_id, copy: enqueued.append(device_id) or "e1")
+    backend = fake_pool.bound()
+    copy = HostCopy((1000,), np.dtype(np.float32), 4000, 0)
+    back = backend.from_host(copy, placement)
+    capacity = fake_pool.arena.capacity
+    assert fake_pool.offset_of(back) == (0 if placement == EXPENSIVE else capacity - 4096)
+    assert (back.shape, back.dtype, back.flags.c_contiguous) == ((1000,), cupy.float32, True)
+    assert enqueued == [0] and copy.done == "e1"
+    del back
+    assert fake_pool.used_bytes() == 0
+    fake_pool.arena.check()
+
+
+def test_a_copy_waits_for_the_current_stream_and_the_current_stream_for_the_copy(monkeypatch):
+    """The driver calls around a copy, in order, on fake streams and events (the calls are
+    streams' isolated driver functions): one copy stream per device, made at its first copy."""
+    log, made = [], []
+    events = iter(range(1, 100))
+    current = {"stream": "A"}
+    monkeypatch.setattr(streams, "_copy_streams", {})
+    monkeypatch.setattr(streams, "current_stream", lambda device_id: (current["stream"],
+                                                                      current["stream"]))
+    monkeypatch.setattr(streams, "new_copy_stream",
+                        lambda device_id: made.append(device_id) or f"copy{device_id}")
+    monkeypatch.setattr(streams, "new_event", lambda: f"e{next(events)}")
+    monkeypatch.setattr(streams, "record", lambda event, stream: log.append(("record", event,
+                                                                             stream)))
+    monkeypatch.setattr(streams, "wait", lambda stream, event: log.append(("wait", stream,
+                                                                           event)))
+    done = streams.on_copy_stream(0, lambda stream: log.append(("copy", stream)))
+    assert done == "e2"
+    assert log == [("record", "e1", "A"), ("wait", "copy0", "e1"), ("copy", "copy0"),
+                   ("record", "e2", "copy0"), ("wait", "A", "e2")]
+    log.clear()
+    current["stream"] = "B"
+    streams.on_copy_stream(0, lambda stream: log.append(("copy", stream)))
+    streams.on_copy_stream(1, lambda stream: log.append(("copy", stream)))
+    assert made == [0, 1]
+    assert log == [("record", "e3", "B"), ("wait", "copy0", "e3"), ("copy", "copy0"),
+                   ("record", "e4", "copy0"), ("wait", "B", "e4"),
+                   ("record", "e5", "B"), ("wait", "copy1", "e5"), ("copy", "copy1"),
+                   ("record", "e6", "copy1"), ("wait", "B", "e6")]
+
+
+# ---- on a CUDA device --------------------------------------------------------------------------
+
+SLOW_FILL = r'''
+extern "C" __global__ void slow_fill(float* p, long long n, float v, long long spin) {
+    long long t0 = clock64();
+    while (clock64() - t0 < spin) {}
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        p[i] = v;
+}
+'''
+
+
+def slow_fill(array, value, spin=4_000_000):
+    """Fill a float32 array with value after keeping the current stream busy ~2 ms (~2 GHz)."""
+    kernel = cupy.RawKernel(SLOW_FILL, "slow_fill")
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    kernel((sms,), (256,), (array, cupy.int64(array.size), cupy.float32(value),
+                            cupy.int64(spin)))
+
+
+@pytest.fixture
+def pool():
+    pool = coop.allocator("512MiB")
+    with pool:
+        yield pool
+    cupy.cuda.runtime.deviceSynchronize()
+    pool.arena.check()
+
+
+SHAPES = [(0,), (1,), (7,), (3, 5, 7), (513,), (4097,), (1 << 20) + 3, ()]
+DTYPES = [np.bool_, np.uint8, np.int16, np.int32, np.int64, np.float16, np.float32,
+          np.float64, np.complex64, np.complex128]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_bytes_come_back_exactly(pool, dtype):
+    backend = pool.bound()
+    rng = np.random.default_rng(0)
+    for shape in SHAPES:
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        source = np.frombuffer(rng.bytes(n), np.uint8).view(dtype).reshape(shape)
+        device = cupy.asarray(source)
+        copy = backend.to_host(device)
+        del device                                  # its piece may be reused at once
+        assert (copy.nbytes, copy.shape, copy.dtype) == (n, source.shape, np.dtype(dtype))
+        assert copy.numpy().tobytes() == source.tobytes()
+        back = backend.from_host(copy, CHEAP)
+        backend.free_host(copy)                     # the copy into back may still run
+        assert back.flags.c_contiguous and (back.shape, back.dtype) == (source.shape, dtype)
+        assert (pool.offset_of(back) is not None) == (n > 0)
+        assert back.get().tobytes() == source.tobytes(), (shape, dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("on", ["default stream", "non-blocking stream"])
+def test_a_piece_freed_after_to_host_is_overwritten_only_after_the_copy(pool, on):
+    """A slow kernel writes the array, to_host, drop it, a new array over the same piece is
+    overwritten at once: the host copy must hold the slow kernel's values (the copy waits for
+    the kernel, the overwrite for the copy)."""
+    backend = pool.bound()
+    n = 64 * MiB // 4
+    stream = cupy.cuda.Stream(non_blocking=True) if on != "default stream" else \
+        cupy.cuda.Stream.null
+    slow_fill(cupy.empty(1, dtype=cupy.float32), 0.0, 1000)  # compiled outside the race
+    with stream:
+        for i in range(1, 9):
+            array = cupy.empty(n, dtype=cupy.float32)
+            address = array.data.ptr
+            slow_fill(array, float(i))
+            copy = backend.to_host(array)
+            del array
+            reuse = cupy.empty(n, dtype=cupy.float32)
+            assert reuse.data.ptr == address       # the same piece, handed out at once
+            reuse.fill(-1.0)
+            stream.synchronize()
+            host = copy.numpy()
+            assert (float(host.min()), float(host.max())) == (i, i), i
+            backend.free_host(copy)
+            del reuse
+
+
+@pytest.mark.cuda
+def test_from_host_copies_after_the_pieces_last_use_and_before_its_consumer(pool):
+    """from_host over a piece a slow kernel still writes, then a kernel reading the result at
+    once: the copy lands after the slow kernel, the consumer reads the copy."""
+    backend = pool.bound()
+    n = 64 * MiB // 4
+    copy = backend.to_host(cupy.full(n, 5.0, dtype=cupy.float32))
+    slow_fill(cupy.empty(1, dtype=cupy.float32), 0.0, 1000)
+    for i in range(8):
+        stale = cupy.empty(n, dtype=cupy.float32)
+        address = stale.data.ptr
+        slow_fill(stale, -1.0)                       # still writing when the copy is enqueued
+        del stale
+        back = backend.from_host(copy, EXPENSIVE)
+        assert back.data.ptr == address
+        doubled = back * 2                           # the consumer, enqueued at once
+        cupy.cuda.Stream.null.synchronize()
+        assert (float(doubled.min()), float(doubled.max())) == (10.0, 10.0), i
+        assert (float(back.min()), float(back.max())) == (5.0, 5.0), i
+        del back, doubled
+    backend.free_host(copy)
+
+
+@pytest.mark.cuda
+def test_free_host_returns_the_pinned_block_to_cupys_pinned_pool(pool, no_gc):
+    backend = pool.bound()
+    pinned = cupy.get_default_pinned_memory_pool()
+    pinned.free_all_blocks()
+    array = cupy.arange(1000, dtype=cupy.float32)
+    copy = backend.to_host(array)
+    assert pinned.n_free_blocks() == 0
+    backend.free_host(copy)
+    assert pinned.n_free_blocks() == 1 and copy.memory is None and copy.freed
+    backend.free_host(copy)
+    assert pinned.n_free_blocks() == 1
+    again = backend.to_host(array)                   # the same size reuses the block
+    assert pinned.n_free_blocks() == 0
+    backend.free_host(again)
+    pinned.free_all_blocks()
+    assert pinned.n_free_blocks() == 0
+
+
+@pytest.mark.cuda
+def test_free_host_frees_the_pinned_memory_without_a_pinned_pool(pool, no_gc):
+    """With CuPy's plain pinned allocator (cudaHostAlloc), free_host drops the last reference
+    to the PinnedMemory, whose destructor calls cudaFreeHost: no collector needed."""
+    backend = pool.bound()
+    default = cupy.get_default_pinned_memory_pool().malloc
+    cupy.cuda.set_pinned_memory_allocator(None)
+    try:
+        copy = backend.to_host(cupy.arange(4096, dtype=cupy.int32))
+        memory = weakref.ref(copy.memory.mem)
+        back = backend.from_host(copy, CHEAP)
+        backend.free_host(copy)                      # waits for the copy into back first
+        assert memory() is None
+        assert bool((back == cupy.arange(4096, dtype=cupy.int32)).all())
+    finally:
+        cupy.cuda.set_pinned_memory_allocator(default)
