@@ -49,6 +49,7 @@ cdef class Arena:
     cdef double move_rate               # cost of moving one byte; INFINITY: coop never moves
     cdef bint offload_last              # offloads only when no window without them exists
     cdef bint offload_taken             # the victims being carried out were chosen with offloads
+    cdef bint offload_held              # the owner asks for choices without offloads for now
     cdef Py_ssize_t n_offload           # registered storages with an offload (finite cost)
     cdef readonly Evictor owner         # evicts for c_request when nothing fits; None: nobody
     cdef public object managed_by       # None, or the backend whose arrays own the pieces: free() refuses

@@ -30,7 +30,7 @@ cdef bint _choose(Arena a, size_t size, int code, double now, vector[int]& victi
     a.chooser.choose(size, code, now, a.move_rate, victims, plan)
     if not a.offload_last:
         return a.n_offload > 0
-    if victims.empty() and plan.moves.empty() and a.n_offload > 0:
+    if victims.empty() and plan.moves.empty() and a.n_offload > 0 and not a.offload_held:
         _remirror(a, True)
         a.chooser.choose(size, code, now, a.move_rate, victims, plan)
         _remirror(a, False)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from coop.cli.claims import MARKS, summarize
 from coop.cli.report import plot_all, tables
+from coop.engine.cost import DEVICES
 from coop.engine.policies import POLICIES
 from coop.errors import UsageError
 from coop.models.paper import OPTIMIZERS, PAPER_MODELS, record_trace
@@ -66,6 +67,10 @@ def add_arguments(parser):
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd",
                         help="the paper models' optimizer: sgd (momentum 0.9: one state tensor "
                              "per parameter) or adamw (two); default sgd")
+    parser.add_argument("--device", choices=list(DEVICES), default="a100-80gb",
+                        help="the cost model the paper models are recorded with: its roofline "
+                             "prices the ops, its host link the copies of an offloading policy "
+                             "(default a100-80gb)")
     parser.add_argument("--rerecord", action="store_true",
                         help="record the models' traces even when OUT/traces has them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -109,7 +114,8 @@ def check(args):
 
 # ---- sources: record or load, then the unlimited run ---------------------------------------------
 
-def prepare(models, traces, out, quick=False, rerecord=False, optimizer="sgd"):
+def prepare(models, traces, out, quick=False, rerecord=False, optimizer="sgd",
+            device="a100-80gb"):
     """Per source (a model or a trace), in order: name, kind, trace path, batch, optimizer
     (None for a trace) and its unlimited run (peak, lower bound, offload floor, cost). Models
     are recorded into out/traces/ first, with `optimizer` (a coop.models.paper.OPTIMIZERS
@@ -120,10 +126,11 @@ def prepare(models, traces, out, quick=False, rerecord=False, optimizer="sgd"):
     for name in models:
         batch = QUICK_BATCH if quick else PAPER_MODELS[name].batch
         # the optimizer names the file (but sgd's): a reused trace is always the one asked for
-        tag = "" if optimizer == "sgd" else f"-{optimizer}"
+        tag = ("" if optimizer == "sgd" else f"-{optimizer}") + \
+            ("" if device == "a100-80gb" else f"-{device}")
         path = os.path.join(folder, f"{name}-b{batch}{tag}.jsonl")
         if rerecord or not os.path.isfile(path):
-            record_trace(name, path + ".tmp", batch=batch, optimizer=optimizer)
+            record_trace(name, path + ".tmp", batch=batch, optimizer=optimizer, device=device)
             os.replace(path + ".tmp", path)    # a killed run leaves no half trace to reuse
         sources.append({"name": name, "kind": "model", "path": path, "batch": batch,
                         "optimizer": optimizer})
@@ -151,7 +158,8 @@ def prepare(models, traces, out, quick=False, rerecord=False, optimizer="sgd"):
 
 
 def sweep_ratios(step, lower_bound_ratio):
-    """1.0, 1.0 - step, ... down to max(lower bound - 0.05, 0.01), plus MARKS above that."""
+    """1.0, 1.0 - step, ... down to max(lower bound - 0.05, 0.01), plus MARKS above that (an
+    offloading policy's sweep is given the offload floor as its bound)."""
     floor = max(lower_bound_ratio - BELOW_BOUND, 0.01)
     ratios, k = [], 0
     while (r := round(1.0 - k * step, 6)) >= floor - 1e-9:
@@ -188,8 +196,10 @@ def sweep(name, path, policy, peak, ratios, patience):
 def run_sweeps(sources, policies, step, patience, jobs, progress=True):
     """Every (source, policy) sweep, over `jobs` processes; rows sorted by source, policy order
     and descending ratio."""
+    # an offloading policy can go below the lower bound, down to the offload floor
     tasks = [(s["name"], s["path"], p, s["peak_bytes"],
-              sweep_ratios(step, s["lower_bound_ratio"]), patience)
+              sweep_ratios(step, s["offload_floor_ratio"] if POLICIES[p].offload
+                           else s["lower_bound_ratio"]), patience)
              for s in sources for p in policies]
     size = {s["name"]: s["records"] for s in sources}
     tasks.sort(key=lambda t: -size[t[0]] * len(t[4]))   # the longest first: less tail
@@ -250,9 +260,9 @@ def main(args):
     os.makedirs(out, exist_ok=True)
     print(f"coop bench: models {','.join(models) or 'none'}; traces {len(args.traces)}; policies "
           f"{','.join(policies)}; step {args.step:g}, patience {args.patience}, jobs {args.jobs}"
-          f"{', quick' if args.quick else ''}, optimizer {args.optimizer}")
+          f"{', quick' if args.quick else ''}, optimizer {args.optimizer}, device {args.device}")
     sources = prepare(models, args.traces, out, quick=args.quick, rerecord=args.rerecord,
-                      optimizer=args.optimizer)
+                      optimizer=args.optimizer, device=args.device)
     t_prep = time.perf_counter() - t0
     rows = run_sweeps(sources, policies, args.step, args.patience, args.jobs,
                       progress=not args.no_progress)
@@ -260,7 +270,7 @@ def main(args):
     summary = summarize(sources, rows, policies)
     meta = {"policies": policies, "step": args.step, "patience": args.patience,
             "thrash": R.THRASH, "jobs": args.jobs, "quick": args.quick,
-            "optimizer": args.optimizer,
+            "optimizer": args.optimizer, "device": args.device,
             "record_and_unlimited_s": t_prep, "wall_time_s": wall, "replays": len(rows)}
     write_csv(os.path.join(out, "runs.csv"), rows)
     write_json(os.path.join(out, "runs.json"), rows)

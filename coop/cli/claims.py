@@ -21,7 +21,9 @@ def _point(row):
     return {k: row[k] for k in ("status", "compute_overhead", "search_time",
                                 "fragmentation_rate", "evictions", "bytes_evicted",
                                 "recomputes", "window_moves",
-                                "bytes_moved", "move_cost", "room_made", "cost_total")}
+                                "bytes_moved", "move_cost", "room_made", "cost_total",
+                                "offloads", "bytes_d2h", "bytes_h2d", "copy_exposed",
+                                "host_peak_bytes")}
 
 
 def summarize_policy(rows):
@@ -79,23 +81,42 @@ def _ideal_claim(mins, by_policy):
              b["compute_overhead"] if b["status"] == "ok" else None]}
 
 
-def _never_worse_claim(by_policy, other):
-    """coop no worse than the ablation `other`: its minimum ratio no higher, and its compute
-    overhead no higher (1e-9 relative) at every ratio where both complete."""
-    if "coop" not in by_policy or other not in by_policy:
-        return {"holds": None, "why": f"needs coop and {other}"}
-    ok_c = [r["ratio"] for r in by_policy["coop"] if r["status"] == "ok"]
+def _never_worse_claim(by_policy, other, mine="coop"):
+    """`mine` (coop) no worse than the ablation `other`: its minimum ratio no higher, and its
+    compute overhead no higher (1e-9 relative) at every ratio where both complete."""
+    if mine not in by_policy or other not in by_policy:
+        return {"holds": None, "why": f"needs {mine} and {other}"}
+    ok_c = [r["ratio"] for r in by_policy[mine] if r["status"] == "ok"]
     ok_o = [r["ratio"] for r in by_policy[other] if r["status"] == "ok"]
     c, o = min(ok_c, default=None), min(ok_o, default=None)
     min_holds = o is None or (c is not None and c <= o + 1e-9)
     worse = []
-    for r in by_policy["coop"]:
+    for r in by_policy[mine]:
         q = _at(by_policy[other], r["ratio"])
         if r["status"] == "ok" and q is not None and q["status"] == "ok" and \
                 r["compute_overhead"] > q["compute_overhead"] * (1 + 1e-9):
             worse.append(r["ratio"])
-    return {"holds": min_holds and not worse, "coop": c, other: o, "min_holds": min_holds,
+    return {"holds": min_holds and not worse, mine: c, other: o, "min_holds": min_holds,
             "worse_at": worse}
+
+
+#: the host tier's target: its minimum ratio within this of the offload floor
+FLOOR_SLACK = 0.05
+
+
+def _tier_claim(source, mins, policy="coop-offload"):
+    """The host tier breaks the recompute-only floor: the offloading policy's minimum ratio
+    below the lower bound and within FLOOR_SLACK of the offload floor."""
+    if policy not in mins:
+        return {"holds": None, "why": f"needs {policy}"}
+    m = mins[policy]
+    if m is None:
+        return {"holds": False, policy: None}
+    below = m < source["lower_bound_ratio"] - 1e-9
+    near = m <= source["offload_floor_ratio"] + FLOOR_SLACK + 1e-9
+    return {"holds": below and near, policy: m, "below_lower_bound": below,
+            "within_floor_slack": near, "lower_bound": source["lower_bound_ratio"],
+            "offload_floor": source["offload_floor_ratio"]}
 
 
 def _fragmentation_claim(by_policy):
@@ -176,6 +197,9 @@ def summarize(sources, rows, policies):
                    for p in ("coop-no-move", "coop-no-inplace", "coop-no-partition")},
                 "fragmentation": _fragmentation_claim(by_policy),
                 "search_time_0.3": _search_claim(by_policy),
+                "offload_not_worse_than_coop": _never_worse_claim(by_policy, "coop",
+                                                                  "coop-offload"),
+                "offload_floor": _tier_claim(s, mins),
             },
         }
     return summary

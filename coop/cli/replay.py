@@ -4,7 +4,9 @@ core, for one or more policies, and print docs/design.md's metrics.
 A budget is a share of the trace's unlimited peak ("0.5", "0.5x" or "50%") or a size ("6GiB").
 Moves come in three kinds, each counted apart: window moves (coop's window relocating pieces to
 free a range), room made (times coop moved a kernel's inputs to make room for it) and constants
-placed (new constants copied down to the lowest free range that holds them).
+placed (new constants copied down to the lowest free range that holds them). An offloading
+policy (coop-offload) also counts the host tier: offloads, copies back (on demand and
+prefetched), bytes each way, the copy time exposed and hidden, and the tier's peak.
 Exit status: 0 when every policy completed, 3 when one ran out of memory or thrashed (the table
 says where), 2 for a bad argument, 1 for a trace that cannot be read.
 Example: coop replay run.jsonl --budget 0.5 --policy coop,dtr,dtr-ideal
@@ -15,7 +17,8 @@ import math
 import os
 import sys
 
-from coop.budget import Budget, EmptyBudget
+from coop.budget import Budget, EmptyBudget, parse_budget
+from coop.engine.cost import DEVICES
 from coop.trace import replay as R
 from coop.errors import CoopError, UsageError
 from coop.engine.policies import POLICIES
@@ -38,6 +41,14 @@ ROWS = [  # (label, key, format)
     ("move cost", "move_cost", "{:,.1f}"),
     ("constants placed", "constants_placed", "{:,}"),
     ("recomputes", "recomputes", "{:,}"),
+    ("offloads to the host tier", "offloads", "{:,}"),
+    ("copies back on demand", "fetches", "{:,}"),
+    ("  prefetched", "prefetches", "{:,}"),
+    ("bytes to the host", "bytes_d2h", "{:,}"),
+    ("bytes from the host", "bytes_h2d", "{:,}"),
+    ("copy time exposed", "copy_exposed", "{:,.1f}"),
+    ("copy time hidden", "copy_hidden", "{:,.1f}"),
+    ("host tier peak (bytes)", "host_peak_bytes", "{:,}"),
     ("searches", "searches", "{:,}"),
     ("search time (ms)", "search_time", "{:.3f}"),
     ("fragmentation rate", "fragmentation_rate", "{:.4f}"),
@@ -63,6 +74,15 @@ def add_arguments(parser):
                              f"{R.DEFAULT_ALIGNMENT})")
     parser.add_argument("--thrash", type=_thrash, default=R.THRASH,
                         help="stop a run once its compute overhead passes this (0: never)")
+    parser.add_argument("--host-budget", default=None,
+                        help="bytes the host tier may hold (an offloading policy: coop-offload); "
+                             "default: no limit")
+    parser.add_argument("--lookahead", type=_lookahead, default=R.DEFAULT_LOOKAHEAD,
+                        help="ops ahead whose offloaded inputs come back early (default "
+                             f"{R.DEFAULT_LOOKAHEAD})")
+    parser.add_argument("--device", choices=list(DEVICES), default=None,
+                        help="the cost model whose host link prices copies to and from the "
+                             "host (default: the trace's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per policy")
     parser.add_argument("--timeline", metavar="OUT.html", default=None,
                         help="also draw each run's memory timeline as a self-contained HTML "
@@ -79,6 +99,17 @@ def _alignment(text):
     if not valid_alignment(value):
         raise argparse.ArgumentTypeError(f"alignment must be a power of two in [1, 2**30] bytes "
                                          f"(e.g. 512), got {text!r}")
+    return value
+
+
+def _lookahead(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--lookahead must be a number of ops >= 0, got "
+                                         f"{text!r}")
     return value
 
 
@@ -137,8 +168,20 @@ def main(args):
         sized = dict(ratio=float(budget.share))
     else:
         sized = dict(budget=nbytes)
+    offloading = [p for p in policies if POLICIES[p].offload]
+    if args.host_budget is not None:
+        if not offloading:
+            raise UsageError(f"coop replay: --host-budget needs an offloading policy "
+                             f"({', '.join(p for p in POLICIES if POLICIES[p].offload)})")
+        try:
+            parse_budget(args.host_budget)
+        except ValueError as e:
+            raise UsageError(f"coop replay: --host-budget: {e}") from None
     results = [R.replay(program, policy=policy, alignment=args.alignment,
-                        thrash=args.thrash or None, peak_bytes=peak, **sized)
+                        thrash=args.thrash or None, peak_bytes=peak, lookahead=args.lookahead,
+                        device=args.device,
+                        host_budget=args.host_budget if POLICIES[policy].offload else None,
+                        **sized)
                for policy in policies]
     if args.timeline:
         _timelines(args, program, results)

@@ -133,6 +133,7 @@ def tables(summary, policies, rows):
                         "three complete"), "search time at 0.3: dtr >= 3x coop"], body, text=True))
 
     out.extend(_ablation_tables(summary, policies))
+    out.extend(_tier_tables(summary, policies))
 
     body = []
     for p in policies:
@@ -142,6 +143,48 @@ def tables(summary, policies, rows):
     out.append("\nReplay speed (records per second, median over the policy's replays):\n")
     out.append(_table(["policy", "records/s", "replays"], body))
     return "\n".join(out) + "\n"
+
+
+def _tier_cell(point):
+    """The host tier at one run: offloads / GiB copied out / GiB back / the exposed copy
+    time's share of the cost executed / the tier's peak GiB."""
+    if point is None or point["status"] != "ok":
+        return "-" if point is None else point["status"]
+    share = point["copy_exposed"] / point["cost_total"] if point["cost_total"] else 0.0
+    return (f"{point['offloads']:,} / {point['bytes_d2h'] / GIB:.2f} / "
+            f"{point['bytes_h2d'] / GIB:.2f} / {100 * share:.1f}% / "
+            f"{point['host_peak_bytes'] / GIB:.2f}")
+
+
+def _tier_tables(summary, policies):
+    """The host tier (coop-offload) against coop: minimum ratios beside the lower bound and the
+    offload floor, the overheads at the MARKS, and what the tier did at its minimum."""
+    if "coop-offload" not in policies or "coop" not in policies:
+        return []
+    body = []
+    for name, s in summary.items():
+        c, t = s["policies"].get("coop"), s["policies"].get("coop-offload")
+        if c is None or t is None:
+            continue
+        cl = s["claims"]
+        floor, worse = cl["offload_floor"], cl["offload_not_worse_than_coop"]
+        body.append([name, f"{s['lower_bound_ratio']:.2f}", f"{s['offload_floor_ratio']:.2f}",
+                     _ratio(c["min_feasible_ratio"]), _ratio(t["min_feasible_ratio"]),
+                     "yes" if floor["holds"] else "no",
+                     "yes" if worse["holds"] else
+                     f"no ({', '.join(f'{r:g}' for r in worse['worse_at']) or 'min'})",
+                     *(f"{_cell(c['at'][m])} / {_cell(t['at'][m])}" for m in ("0.5", "0.3")),
+                     _tier_cell(t["at_min"])])
+    return ["\nThe host tier: coop-offload (offloads to host memory when no window exists "
+            "without them) against coop: minimum feasible ratios beside the lower bound and "
+            "the offload floor; whether its minimum is below the bound and within 0.05 of the "
+            "floor; whether it is never worse than coop (minimum, and overhead at every ratio "
+            "both complete); overhead coop / coop-offload at 0.5 and 0.3; and at its minimum: "
+            "offloads / GiB to the host / GiB back / exposed copy time's share of the cost / "
+            "host tier peak GiB:\n",
+            _table(["model", "lower bound", "offload floor", "coop min", "coop-offload min",
+                    "below bound, near floor", "never worse than coop", "@0.5", "@0.3",
+                    "tier @its min"], body)]
 
 
 #: the table of coop against its ablations and the DTR baselines

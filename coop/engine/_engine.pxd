@@ -132,6 +132,7 @@ cdef class _Room(_Records):
     cdef bint c_may_retry(self) noexcept
     cdef bint c_retry(self, int o, size_t request) except -1
     cdef bint c_make_room(self, int o, vector[size_t]& need) except -1
+    cdef bint _room_for(self, int o, vector[size_t]& need) except -1
     cdef int _make_room(self, int o) except -1
     cdef int _moved_to(self, int s, size_t dst) except -1
     cdef int _release(self, vector[Py_ssize_t]& taken) except -1

@@ -75,13 +75,19 @@ cdef class _FirstRun(_Residency):
 
     cdef int c_first_output(self, int o, int64_t nbytes) except -1:
         """c_output placed now, for a kernel that allocates its outputs before any work (a
-        simulated or replayed op): a failed allocation may run the kernel again (c_retry)."""
+        simulated or replayed op): a failed allocation may run the kernel again (c_retry). While
+        it may, the host tier waits: offloads come after the room made by moving the inputs."""
+        cdef bint held = self.arena.offload_held
         while True:
+            self.arena.offload_held = held or self.c_may_retry()
             try:
                 return self.c_output(o, nbytes, -1)
             except OutOfMemoryError as err:
+                self.arena.offload_held = held
                 if not self.c_retry(o, err.request):
                     raise
+            finally:
+                self.arena.offload_held = held
 
     cdef int c_alias(self, int o) except -1:
         """An output of o that views one of its inputs (no new memory)."""
