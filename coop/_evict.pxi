@@ -141,7 +141,9 @@ cdef class EvictionLoop:
                     self.counts.bytes_evicted += sizes[k]
             else:
                 refused = True
-                if strict and arena.table.runs.flags(storages.at[storages.by_sid[ids[k]]].piece) \
+                # a candidate as the choice counted it (offloads too, where they counted)
+                if strict and _flags(&storages.at[storages.by_sid[ids[k]]],
+                                     arena.offload_taken or not arena.offload_last) \
                         & W_CANDIDATE:
                     still.append(ids[k])
         if still:

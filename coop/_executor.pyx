@@ -153,6 +153,7 @@ cdef class ArrayExecutor(Executor):
     cdef public list records      # op id -> OpRecord while the op's record lives, else None
     cdef public list dying        # records of ops that just died: dropped outside the engine
     cdef list moved_out           # memory arrays of storages just moved: they die in moved()
+    cdef public list host         # storage id -> its host tier copy (the backend's handle), else None
     cdef readonly bint logs_allocations   # a host trace records the kernels' allocations
     cdef bint numpy_arrays        # the backend's arrays are NumPy's (their dtypes may hold references)
 
@@ -171,6 +172,9 @@ cdef class ArrayExecutor(Executor):
         # window is compacted in place where it can slide bytes down (the host)
         self.can_move = backend.can_move
         self.can_slide = backend.can_slide
+        # the host tier: the backend copies arrays to host memory outside the arena and back
+        self.can_offload = backend.can_offload
+        self.host = []
 
     def constant(self, runtime, data, dtype):
         """A constant holding a copy of data, placed first fit from the low end: (its view,
@@ -476,6 +480,36 @@ cdef class ArrayExecutor(Executor):
     cpdef int forget(self, int sid) except -1:
         if sid < len(self.arrays):
             self.arrays[sid] = None
+        return 0
+
+    cpdef bint offload(self, int sid) except -1:
+        """Copy sid's memory array to the host tier (the backend's to_host: memory outside the
+        arena); its memory stays until drop. Refused (False) as a move is (something else
+        holds it, it is not C-contiguous), and for arrays whose elements are references."""
+        cdef object memory = self._movable(sid)
+        if memory is None or self.backend.memory_held(memory) or memory.dtype.hasobject:
+            return False
+        copy = self.backend.to_host(memory)
+        if sid >= len(self.host):
+            self.host.extend([None] * (sid + 1 - len(self.host)))
+        self.host[sid] = copy
+        return True
+
+    cpdef int fetch(self, int sid, int placement) except -1:
+        """Bring sid back from the host tier: a new array in the arena (placed as placement
+        says, evicting as the policy chooses) holding its host copy's bytes, bound to sid; the
+        host copy stays until forget_host."""
+        array = self.backend.from_host(self.host[sid], placement)
+        self.engine.c_bind(sid, self.backend.offset_of(array))
+        if sid >= len(self.arrays):
+            self.arrays.extend([None] * (sid + 1 - len(self.arrays)))
+        self.arrays[sid] = array
+        return 0
+
+    cpdef int forget_host(self, int sid) except -1:
+        if sid < len(self.host) and self.host[sid] is not None:
+            copy, self.host[sid] = self.host[sid], None
+            self.backend.free_host(copy)
         return 0
 
     cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1:

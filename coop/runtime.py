@@ -17,6 +17,7 @@ from coop._core import CHEAP, EXPENSIVE, LOG_MOVE, log_records
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
 from coop.backends.base import Backend
+from coop.budget import parse_budget
 from coop.engine import Engine
 from coop.engine.cost import DEVICES, DeviceSpec, device_spec
 from coop.engine.policies import get_policy
@@ -33,12 +34,19 @@ class Runtime:
     (by its name; a warning and a100-80gb's when unknown) on CuPy, a100-80gb in simulation.
     classifier: "type" (the kernel's
     class, from the table of expensive ops) or "density" (EXPENSIVE when cost per output byte
-    >= density_threshold ns/B, decided before the outputs are placed).
+    >= density_threshold ns/B, decided before the outputs are placed). host_budget: the bytes the
+    host tier of an offloading policy (coop-offload) may hold (an int or "64GiB"; None: the
+    backend's host_budget, else no limit); the backend must copy to the host (NumPy's does;
+    elsewhere the policy runs without the tier).
     """
 
     def __init__(self, backend, policy="coop", cost=None, classifier="type",
-                 density_threshold=1.0, seed=0):
+                 density_threshold=1.0, seed=0, host_budget=None):
         record = get_policy(policy)
+        if host_budget is None and record.offload:
+            host_budget = getattr(backend, "host_budget", None)
+        if host_budget is not None:
+            host_budget = parse_budget(host_budget)
         if classifier not in ("type", "density"):
             raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
         arena = backend.arena if isinstance(backend, Backend) else None
@@ -73,7 +81,8 @@ class Runtime:
         # a device backend's executor gets it bound to the current device, held weakly
         executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(backend.bound())
         try:
-            engine = Engine(arena, record.name, executor, 0.0, _copy_cost(backend, cost))
+            engine = Engine(arena, record.name, executor, 0.0, _copy_cost(backend, cost),
+                            host_budget, _host_link(backend, cost))
         except BaseException:
             if previous is not None:      # refused: the backend stays the previous runtime's
                 arena.attach(previous)
@@ -381,6 +390,11 @@ class _Recording:
         if runtime.cost_model is not None:
             meta["cost_model"] = runtime.cost_model.name
         meta["copy_cost"] = runtime._engine.copy_cost
+        if runtime._engine.offloading:
+            # the host tier's link, and its budget: a replay copies as the run did
+            meta["host_link"] = [runtime._engine.d2h_rate, runtime._engine.h2d_rate]
+            if runtime._engine.host_budget >= 0:
+                meta["host_budget"] = runtime._engine.host_budget
         self.writer = TraceWriter(path, **meta)
         if runtime._engine.live_storages:
             self.writer.live(*_live_state(runtime))
@@ -443,6 +457,17 @@ def _copy_cost(backend, spec):
     if spec is None:
         spec = DEVICES["cpu"] if backend.xp is numpy else _default_cost(backend)
     return spec.copy_ns_per_byte
+
+
+def _host_link(backend, spec):
+    """(d2h, h2d): the host tier's cost per byte each way, in the cost model's ns: the model's
+    device's link; measured costs: the device's own by name (the "cpu" entry on the host, where
+    a copy to the host tier is a memcpy)."""
+    if spec is None:
+        spec = DEVICES["cpu"] if backend.xp is numpy else _default_cost(backend)
+    if spec.h2d_bytes_per_s is None or spec.d2h_bytes_per_s is None:
+        return None       # the engine's default link
+    return spec.d2h_ns_per_byte, spec.h2d_ns_per_byte
 
 
 def _allocs(log):

@@ -208,8 +208,13 @@ def print_summary(model_rows, budget, peak, stats, train_time, total_time):
     rows += [("peak arena used (MiB)", f"{stats['peak_used_bytes'] / MB:.3f}"),
              ("evictions", f"{stats['evictions']:,}"),
              ("recomputes", f"{stats['recomputes']:,}"),
-             ("compute overhead", f"{stats['compute_overhead']:.3f}"),
-             ("training time (s)", f"{train_time:.1f}"),
+             ("compute overhead", f"{stats['compute_overhead']:.3f}")]
+    if stats.get("offloads"):      # an offloading policy's host tier
+        rows += [("offloads to the host tier", f"{stats['offloads']:,}"),
+                 ("MiB to the host / back", f"{stats['bytes_d2h'] / MB:.1f} / "
+                                            f"{stats['bytes_h2d'] / MB:.1f}"),
+                 ("host tier peak (MiB)", f"{stats['host_peak_bytes'] / MB:.3f}")]
+    rows += [("training time (s)", f"{train_time:.1f}"),
              ("total time incl. probe (s)", f"{total_time:.1f}")]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -750,6 +750,7 @@ class ReferenceArena:
             finally:
                 self._taken = saved
             still = []
+            self._open = taken     # a victim left resident is checked as the choice counted it
             for v, nbytes_v in zip(victims, sizes):
                 piece = self._piece_of(v) if v in self._storages else None
                 if piece is None and v in self._storages and self._storages[v].eq_class is None:
@@ -760,6 +761,7 @@ class ReferenceArena:
                     self._bytes_evicted += nbytes_v
                 elif self._candidate(piece):
                     still.append(v)
+            self._open = False
             # a victim the owner refused (made unevictable or pinned) is simply not chosen again
             if still:
                 raise InternalError(f"the evict callback left storages {still} resident and evictable")

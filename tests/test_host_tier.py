@@ -158,3 +158,125 @@ def test_host_tier_arguments_name_the_fix():
     e = Engine(Arena(4096, 512), "coop-offload", SizeExecutor())
     assert e.offloading and e.host_budget == -1
     assert Engine(Arena(4096, 512), "coop", SizeExecutor()).offloading is False
+
+
+# ---- host training with the tier: real copies, bit-identical results ---------------------------
+
+def train_wide(rt, steps=3, read=True):
+    """AdamW steps of a wide, shallow MLP: its constants (parameters, two moments each, the
+    inputs) dominate its activations, so its budget floor is the constants; returns copies of
+    the parameters and the losses."""
+    import numpy as np
+    from _gradcheck import deep_mlp, deep_mlp_loss
+    from coop.optim import AdamW
+    x, targets, params = deep_mlp(rt, depth=6, width=96, batch=8)
+    opt = AdamW(params, lr=1e-2)
+    losses = []
+    for _ in range(steps):
+        loss = deep_mlp_loss(x, targets, params)
+        losses.append(float(loss.numpy()))
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad()
+    if not read:      # the parameters stay where they are (on the host tier, some of them)
+        return None, losses
+    return [np.array(p.numpy(), copy=True) for p in params], losses
+
+
+def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
+    """Under a budget where coop runs out of memory (the constants do not fit beside the
+    largest op), coop-offload trains: its arrays really go to host memory outside the arena and
+    back (counted by the backend), and the losses and parameters equal the unlimited run's bit
+    for bit. A host tier too small for the constants fails as coop does, with nothing lost."""
+    import numpy as np
+    import coop
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
+    reference, ref_losses = train_wide(rt)
+    stats = rt.stats()
+    peak, bound = stats["peak_used_bytes"], stats["lower_bound_bytes"]
+    budget = int(0.8 * bound)
+    with pytest.raises(coop.OutOfMemoryError):
+        train_wide(coop.Runtime(coop.numpy_allocator(budget), policy="coop", cost="cpu"))
+    backend = coop.numpy_allocator(budget)
+    rt = coop.Runtime(backend, policy="coop-offload", cost="cpu")
+    got, losses = train_wide(rt)
+    assert losses == ref_losses
+    for a, b in zip(got, reference):
+        np.testing.assert_array_equal(a, b)
+    s = rt.stats()
+    assert s["offloads"] > 0 and s["bytes_d2h"] > 0 and s["fetches"] > 0
+    copies_out, bytes_out, copies_back, bytes_back = backend.host_copies
+    # every copy out and back is a real one, of the bytes the engine counts (a cached copy's
+    # second offload copies nothing)
+    assert bytes_out == s["bytes_d2h"] and bytes_back == s["bytes_h2d"] and copies_back == \
+        s["fetches"] + s["prefetches"]
+    assert s["host_peak_bytes"] > 0 and s["peak_used_bytes"] <= budget < peak
+    rt.arena.check()
+    small = coop.Runtime(coop.numpy_allocator(budget, host_budget=4096), policy="coop-offload",
+                         cost="cpu")
+    with pytest.raises(coop.OutOfMemoryError):
+        train_wide(small)
+    assert small.stats()["host_refusals"] > 0
+    small.arena.check()
+
+
+def train_gpt(rt, steps=3):
+    """AdamW steps of a small, wide GPT (parameters and moments dominate its activations);
+    returns the losses and copies of the parameters."""
+    import numpy as np
+    from coop.models import GPT
+    from coop.optim import AdamW
+    model = GPT(rt, 32, 16, 2, 2, 128, rng=0)
+    opt = AdamW(model.parameters(), lr=1e-2)
+    rng = np.random.default_rng(1)
+    losses = []
+    for _ in range(steps):
+        idx = rng.integers(0, 32, (2, 16))
+        loss = model.loss(idx, np.roll(idx, -1, axis=1))
+        losses.append(float(loss.numpy()))
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad()
+    return losses, [np.array(p.numpy(), copy=True) for p in model.parameters()]
+
+
+def test_a_gpt_trains_with_the_tier_where_coop_cannot_bit_identically():
+    import numpy as np
+    import coop
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
+    ref_losses, reference = train_gpt(rt)
+    budget = int(0.8 * rt.stats()["lower_bound_bytes"])
+    with pytest.raises(coop.OutOfMemoryError):
+        train_gpt(coop.Runtime(coop.numpy_allocator(budget), policy="coop", cost="cpu"))
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu")
+    losses, got = train_gpt(rt)
+    assert losses == ref_losses
+    for a, b in zip(got, reference):
+        np.testing.assert_array_equal(a, b)
+    assert rt.stats()["offloads"] > 0 and rt.stats()["bytes_d2h"] > 0
+    rt.arena.check()
+
+
+def test_a_recorded_run_with_the_tier_replays_with_its_counters(tmp_path):
+    """The trace records the run's host link: its replay (without lookahead, as a live run
+    has none) offloads, copies back and recomputes as the run did, at the same cost. (A trace
+    has no record of the program reading a value, Tensor.numpy(): an offloaded parameter read
+    after the step would be copied back in the run and not in the replay.)"""
+    import coop
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
+    train_wide(rt)
+    budget = int(0.8 * rt.stats()["lower_bound_bytes"])
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu")
+    path = tmp_path / "run.jsonl"
+    with rt.record(path):
+        train_wide(rt, read=False)    # a trace records no reads of the parameters
+    stats = rt.stats()
+    assert stats["offloads"] > 0
+    result = R.replay(path, budget=budget, policy="coop-offload", thrash=None, lookahead=0)
+    assert result["status"] == "ok"
+    for key in ("offloads", "fetches", "bytes_d2h", "bytes_h2d", "host_peak_bytes",
+                "evictions", "recomputes", "searches", "peak_used_bytes"):
+        assert result[key] == stats[key], key
+    assert result["cost_total"] == pytest.approx(stats["cost_total"], rel=1e-12)

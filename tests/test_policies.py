@@ -20,6 +20,7 @@ EXPECTED = {
     "coop-loop": ("dtr", True, True, False, False),
     "dtr-ideal": ("dtr", False, False, True, False),
     "coop-no-move": ("coop", True, True, False, False),
+    "coop-offload": ("coop", True, True, False, True),
 }
 
 
@@ -30,6 +31,7 @@ def test_the_table():
         assert (p.name, p.core, p.partition, p.inplace, p.ideal, p.move) == (
             name, core, partition, inplace, ideal, move)
         assert get_policy(name) is p
+        assert p.offload == (name == "coop-offload")
         assert p.core_code == CORE_POLICIES.index(core)
 
 

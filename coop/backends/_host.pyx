@@ -80,9 +80,11 @@ cdef class HostBackend:
     cdef public int placement          # placement class of the allocations made now (placing())
     cdef public object last_error      # why the handler last returned NULL (NumPy drops it); or None
     cdef object saved                  # ContextVar: handlers that install() replaced, innermost last
+    cdef public object host_budget     # bytes a runtime's host tier may hold (None: no limit)
     cdef long long n_malloc, n_calloc, n_realloc, n_free   # handler calls, for tests and profiles
     cdef long long n_slow              # allocations that went through allocate_or_evict
     cdef long long n_foreign           # frees/reallocs of memory outside the buffer (ignored)
+    cdef long long n_to_host, n_to_host_bytes, n_from_host, n_from_host_bytes  # the host tier's copies
     cdef Py_ssize_t next_at            # >= 0: the next allocation takes this used piece (a move)
     cdef Py_ssize_t skip_free          # >= 0: the next free of memory at this offset frees nothing
 
@@ -223,6 +225,46 @@ cdef class HostBackend:
             return None
         numpy.copyto(moved, array, casting="no")
         return moved
+
+    @property
+    def can_offload(self):
+        return True
+
+    def to_host(self, array):
+        """The host tier's copy of C-contiguous array: its bytes copied into memory outside
+        the arena (a bytearray, which NumPy's memory handler never sees), as an array of its
+        shape and dtype. The copy is counted (host_copies, host_bytes_copied)."""
+        if not array.flags.c_contiguous:
+            raise ValueError(f"to_host needs a C-contiguous array, got shape {array.shape} with "
+                             f"strides {array.strides}; copy it first (numpy.ascontiguousarray)")
+        if array.dtype.hasobject:
+            raise ValueError(f"to_host copies bytes, and {array.dtype} elements are references")
+        buf = bytearray(array.nbytes)
+        copy = numpy.frombuffer(buf, dtype=array.dtype).reshape(array.shape) \
+            if array.nbytes else numpy.frombuffer(buf, dtype=numpy.uint8)[:0].view(
+                array.dtype).reshape(array.shape)
+        numpy.copyto(copy, array, casting="no")
+        self.n_to_host += 1
+        self.n_to_host_bytes += array.nbytes
+        return copy
+
+    def from_host(self, copy, int placement):
+        """A new C-contiguous array in the arena (placement's class) holding copy's bytes."""
+        with self.placing(placement):
+            array = numpy.empty(copy.shape, copy.dtype)
+        numpy.copyto(array, copy, casting="no")
+        self.n_from_host += 1
+        self.n_from_host_bytes += array.nbytes
+        return array
+
+    def free_host(self, copy):
+        """Nothing to do: the copy's bytearray goes with its last reference."""
+        return None
+
+    @property
+    def host_copies(self):
+        """(copies to the host tier, bytes, copies back, bytes), for tests and the examples."""
+        return (self.n_to_host, self.n_to_host_bytes, self.n_from_host, self.n_from_host_bytes)
 
     def slide(self, list arrays, Py_ssize_t index, Py_ssize_t src, Py_ssize_t dst):
         """Move arrays[index]'s bytes down from offset src to dst (memmove: the ranges may

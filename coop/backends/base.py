@@ -92,6 +92,26 @@ class Backend(abc.ABC):
         move) holding a copy of array's bytes; None where it cannot be put there."""
         return None
 
+    @property
+    def can_offload(self):
+        """Whether to_host, from_host and free_host copy arrays to host memory outside the
+        arena and back (the host tier of an offloading policy)."""
+        return False
+
+    def to_host(self, array):
+        """A copy of C-contiguous array's bytes in host memory outside the arena (a handle
+        with shape, dtype and nbytes); array may be freed as soon as this returns."""
+        raise NotImplementedError(f"{type(self).__name__} has no host tier")
+
+    def from_host(self, copy, placement):
+        """A new C-contiguous array in the arena (placed with placement, as an allocation
+        of the backend's is) holding the bytes of to_host's copy."""
+        raise NotImplementedError(f"{type(self).__name__} has no host tier")
+
+    def free_host(self, copy):
+        """Free to_host's copy (safe to call twice)."""
+        raise NotImplementedError(f"{type(self).__name__} has no host tier")
+
     def slide(self, arrays, index, src, dst):
         """Move the bytes of arrays[index] (at offset src) down to offset dst in place, the
         ranges may overlap, under a new array at dst that replaces it in arrays; the old array

@@ -11,10 +11,15 @@ from coop.budget import host_memory_bytes, parse_budget
 __all__ = ["HostBackend", "numpy_allocator"]
 
 
-def numpy_allocator(budget, alignment=64):
+def numpy_allocator(budget, alignment=64, host_budget=None):
     """A host backend of `budget` bytes (an int, "6GiB", or "50%" / "0.5x" of the host's memory),
     at most the host's memory. It evicts when a coop.Runtime (its engine) owns its arena:
-    ``coop.Runtime(backend, policy=...)``."""
+    ``coop.Runtime(backend, policy=...)``. host_budget: the bytes its host tier may hold under
+    an offloading policy (``policy="coop-offload"``: copies of arrays in memory outside the
+    budget's arena), None for no limit."""
     memory = host_memory_bytes()
-    return HostBackend(parse_budget(budget, memory, of="this host's memory", limit=memory,
-                                    limit_name="this host's memory"), alignment)
+    backend = HostBackend(parse_budget(budget, memory, of="this host's memory", limit=memory,
+                                       limit_name="this host's memory"), alignment)
+    if host_budget is not None:
+        backend.host_budget = parse_budget(host_budget, memory, of="this host's memory")
+    return backend

@@ -18,12 +18,17 @@ def _at(rows, ratio):
 def _point(row):
     if row is None:
         return None
-    return {k: row[k] for k in ("status", "compute_overhead", "search_time",
-                                "fragmentation_rate", "evictions", "bytes_evicted",
-                                "recomputes", "window_moves",
-                                "bytes_moved", "move_cost", "room_made", "cost_total",
-                                "offloads", "bytes_d2h", "bytes_h2d", "copy_exposed",
-                                "host_peak_bytes")}
+    point = {k: row[k] for k in ("status", "compute_overhead", "search_time",
+                                 "fragmentation_rate", "evictions", "bytes_evicted",
+                                 "recomputes", "window_moves",
+                                 "bytes_moved", "move_cost", "room_made", "cost_total")}
+    # the host tier's figures (rows of sweeps from before the tier have none: nothing moved)
+    point.update((k, row.get(k, 0)) for k in TIER_FIGURES)
+    return point
+
+
+#: the host tier's figures a point keeps
+TIER_FIGURES = ("offloads", "bytes_d2h", "bytes_h2d", "copy_exposed", "host_peak_bytes")
 
 
 def summarize_policy(rows):

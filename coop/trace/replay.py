@@ -56,7 +56,11 @@ def copy_cost(program):
 
 def host_link(program):
     """(d2h, h2d): the cost of copying one byte to the host and back, in the trace's cost
-    units, from its cost model's device (meta cost_model; a100-80gb, the recorders' default)."""
+    units: the recording runtime's (meta host_link), else from its cost model's device (meta
+    cost_model; a100-80gb, the recorders' default)."""
+    link = program.meta.get("host_link")
+    if link is not None:
+        return float(link[0]), float(link[1])
     spec = DEVICES.get(program.meta.get("cost_model"), DEVICES["a100-80gb"])
     return spec.d2h_ns_per_byte, spec.h2d_ns_per_byte
 
