@@ -81,6 +81,7 @@ cdef class Arena:
     cdef bint c_offload_wins(self, int slot) noexcept
     cdef double c_offload_cost(self, int slot) noexcept
     cdef int c_unbind(self, int slot) except -1
+    cdef void c_count_offloads(self, bint always) noexcept
     cdef int c_move(self, int slot, size_t dst) except -1
     cdef int c_slide(self, int slot, size_t dst) except -1
     cdef Py_ssize_t c_compact(self, size_t size, double now, Evictor evictor) except -2

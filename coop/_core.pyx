@@ -409,6 +409,13 @@ cdef class Arena:
         return (self.offload_taken or not self.offload_last) and st.offload < INFINITY \
             and (st.offload < st.cprime or not st.evictable)
 
+    cdef void c_count_offloads(self, bint always) noexcept:
+        """always: every choice counts offloads from now on (offload_last off); else only
+        when none exists without them."""
+        if self.offload_last == always:
+            self.offload_last = not always
+            _remirror(self, always)
+
     cdef double c_offload_cost(self, int slot) noexcept:
         return self.storages.at[slot].offload
 

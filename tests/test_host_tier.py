@@ -107,28 +107,29 @@ def test_the_device_names_the_link(trace):
 
 
 def test_a_mutated_constant_copies_out_again(tmp_path):
-    """w leaves for g, comes back for u, and leaves again for b's recompute at k. Read by u, its
-    host copy still holds its bytes and the second offload copies nothing; mutated by u, the
-    copy is dropped and the second offload copies w out again."""
+    """w leaves for g (the tier's first use: from then on every choice counts offloads), comes
+    back for u, and leaves again for k, whose input b must come back. Read by u, w's host copy
+    still holds its bytes, so its second offload copies nothing: out go w, then x and b (for u
+    and its output), 6144 bytes; back come w and b. Mutated by u (no output: only x leaves for
+    it), w's copy is dropped and its second offload copies it out again: w, x, w, 5120 bytes."""
     def trace(*u):
         return write(tmp_path / "u.jsonl", [
             {"op": "meta", "alignment": 512},
             {"op": "constant", "id": 0, "size": 2048},       # w
             {"op": "constant", "id": 1, "size": 1024},       # x
             call("g", [1], 2, 3072),                          # b: w must leave
-            *u,                                               # w back: b evicted for it
-            call("k", [2], 4, 1024),                          # b recomputed: w leaves again
+            *u,                                               # w back
+            call("k", [2], 4, 1024),                          # w leaves again
         ])
-    read = R.replay(trace(call("u", [0], 3, 0), {"op": "release", "id": 3}), budget=5120, policy="coop-offload",
-                    lookahead=0, check=True)
+    read = R.replay(trace(call("u", [0], 3, 0), {"op": "release", "id": 3}), budget=5120,
+                    policy="coop-offload", lookahead=0, check=True)
     mutated = R.replay(trace({"op": "mutate", "name": "u", "inputs": [0], "mutated": [0],
                               "outputs": [], "cost": 1e4}),
                        budget=5120, policy="coop-offload", lookahead=0, check=True)
-    for r, copied_out in ((read, 2048), (mutated, 4096)):
+    for r, expected in ((read, (4, 2, 6144, 5120)), (mutated, (3, 1, 5120, 2048))):
         assert r["status"] == "ok"
-        assert (r["offloads"], r["fetches"], r["bytes_d2h"], r["bytes_h2d"]) == \
-            (2, 1, copied_out, 2048)
-        assert (r["evictions"], r["recomputes"]) == (1, 1)
+        assert (r["offloads"], r["fetches"], r["bytes_d2h"], r["bytes_h2d"]) == expected
+        assert (r["evictions"], r["recomputes"]) == (0, 0)
 
 
 def test_the_tier_changes_nothing_where_a_run_completes_without_it(trace):
@@ -280,3 +281,19 @@ def test_a_recorded_run_with_the_tier_replays_with_its_counters(tmp_path):
                 "evictions", "recomputes", "searches", "peak_used_bytes"):
         assert result[key] == stats[key], key
     assert result["cost_total"] == pytest.approx(stats["cost_total"], rel=1e-12)
+
+
+def test_the_tier_opens_for_good_the_first_time_it_is_needed(trace):
+    """Offloads count only when no choice exists without them, until the first time: from then
+    on (the budget is below what the device alone holds) every choice counts them."""
+    from coop.trace._replay import Replayer
+    program = R.load(trace)
+    rp = Replayer(program, Arena(6144, 512), "coop-offload", 0.0, R.copy_cost(program), None,
+                  R.host_link(program), 0)
+    rp.run(0, 2)                                # w and f: nothing leaves
+    assert rp.engine.arena.offload_last and rp.engine.offloads == 0
+    rp.run(2, 3)                                # g: w must leave
+    assert rp.engine.offloads == 1 and not rp.engine.arena.offload_last
+    rp.run(3)
+    rp.finish()
+    rp.engine.arena.check()

@@ -34,8 +34,13 @@ cdef class _Tier(_Room):
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
         """The core's victims (slots): each leaves by the way the window counted for it, an
         offload where that was the cheaper (Arena.c_offload_wins), else eviction; one whose
-        host copy is cached leaves by an offload always (it copies nothing)."""
+        host copy is cached leaves by an offload always (it copies nothing). The first choice
+        that needed offloads opens the tier for good (Arena.c_count_offloads)."""
         cdef int v, s
+        if self.offloading and arena.offload_taken:
+            # the tier was needed: from now on every choice counts offloads, each piece
+            # leaving by its cheapest way (the budget is below what the device alone holds)
+            arena.c_count_offloads(True)
         for v in victims:
             s = <int>arena.c_sid(v)
             if self.offloading and (self.on_host[s] == 2 or arena.c_offload_wins(v)):
