@@ -871,3 +871,14 @@ def test_dtr_ideal_replays_copy_copy_from_and_mutate_as_dtrs_simulator_does(tmp_
     assert (result["evictions"], result["eager_evictions"], result["recomputes"]) == (2, 1, 1)
     assert result["cost_first"] == 136.0
     assert result["compute_overhead"] == (136 + 10) / 136
+
+
+def test_a_call_output_without_a_size_is_zero_bytes(tmp_path):
+    """The record check reads a missing output size as 0 (found by the trace fuzzer: the
+    compiler read it as a KeyError)."""
+    path = write_lines(tmp_path / "t.jsonl", [
+        {"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 0, "alias": -1}],
+         "cost": 1},
+        {"op": "release", "id": 0}])
+    r = R.replay(path, budget="1MiB", policy="coop")
+    assert (r["status"], r["ops"]) == ("ok", 1)

@@ -98,7 +98,8 @@ def compile_program(records, where="<records>"):
                 _check_events(events, allocs, loc(lineno))
             else:
                 allocs = [-1] * len(allocs)
-            outputs = [value(o, out["size"]) if o != -1 else -1
+            # a missing size is 0, as the record check reads it (coop.trace.records)
+            outputs = [value(o, out.get("size", 0)) if o != -1 else -1
                        for o, out in zip(outputs, r.get("outputs", []))]
             ops.append((inputs, outputs, allocs, mutated, events, float(r["cost"]),
                         cost_kind[r.get("cls", "expensive")], r.get("failed", False)))
