@@ -4,12 +4,18 @@ written traces give hand-computed counters; the tier never changes a run that co
 without it; a full tier refuses a constant with nothing lost; bad arguments name the fix."""
 import json
 
+import numpy as np
 import pytest
+from _gradcheck import deep_mlp, deep_mlp_loss
 
+import coop
 import coop.trace.replay as R
+from coop.models import GPT
+from coop.optim import AdamW
 from coop._core import Arena
 from coop.engine import Engine, SizeExecutor
 from coop.engine.cost import DEVICES
+from coop.trace._replay import Replayer
 
 A100 = DEVICES["a100-80gb"]
 D2H, H2D = A100.d2h_ns_per_byte, A100.h2d_ns_per_byte    # 0.04 ns per byte each way
@@ -167,9 +173,6 @@ def train_wide(rt, steps=3, read=True):
     """AdamW steps of a wide, shallow MLP: its constants (parameters, two moments each, the
     inputs) dominate its activations, so its budget floor is the constants; returns copies of
     the parameters and the losses."""
-    import numpy as np
-    from _gradcheck import deep_mlp, deep_mlp_loss
-    from coop.optim import AdamW
     x, targets, params = deep_mlp(rt, depth=6, width=96, batch=8)
     opt = AdamW(params, lr=1e-2)
     losses = []
@@ -185,18 +188,21 @@ def train_wide(rt, steps=3, read=True):
     return [np.array(p.numpy(), copy=True) for p in params], losses
 
 
+def below_the_bound(train):
+    """A budget 0.8 x the lower bound of train's unlimited run (no policy without the tier
+    completes there), and the unlimited run's results."""
+    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
+    results = train(rt)
+    return int(0.8 * rt.stats()["lower_bound_bytes"]), rt.stats(), results
+
+
 def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
     """Under a budget where coop runs out of memory (the constants do not fit beside the
     largest op), coop-offload trains: its arrays really go to host memory outside the arena and
     back (counted by the backend), and the losses and parameters equal the unlimited run's bit
     for bit. A host tier too small for the constants fails as coop does, with nothing lost."""
-    import numpy as np
-    import coop
-    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
-    reference, ref_losses = train_wide(rt)
-    stats = rt.stats()
-    peak, bound = stats["peak_used_bytes"], stats["lower_bound_bytes"]
-    budget = int(0.8 * bound)
+    budget, stats, (reference, ref_losses) = below_the_bound(train_wide)
+    peak = stats["peak_used_bytes"]
     with pytest.raises(coop.OutOfMemoryError):
         train_wide(coop.Runtime(coop.numpy_allocator(budget), policy="coop", cost="cpu"))
     backend = coop.numpy_allocator(budget)
@@ -225,9 +231,6 @@ def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
 def train_gpt(rt, steps=3):
     """AdamW steps of a small, wide GPT (parameters and moments dominate its activations);
     returns the losses and copies of the parameters."""
-    import numpy as np
-    from coop.models import GPT
-    from coop.optim import AdamW
     model = GPT(rt, 32, 16, 2, 2, 128, rng=0)
     opt = AdamW(model.parameters(), lr=1e-2)
     rng = np.random.default_rng(1)
@@ -244,11 +247,7 @@ def train_gpt(rt, steps=3):
 
 
 def test_a_gpt_trains_with_the_tier_where_coop_cannot_bit_identically():
-    import numpy as np
-    import coop
-    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
-    ref_losses, reference = train_gpt(rt)
-    budget = int(0.8 * rt.stats()["lower_bound_bytes"])
+    budget, _, (ref_losses, reference) = below_the_bound(train_gpt)
     with pytest.raises(coop.OutOfMemoryError):
         train_gpt(coop.Runtime(coop.numpy_allocator(budget), policy="coop", cost="cpu"))
     rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu")
@@ -265,10 +264,7 @@ def test_a_recorded_run_with_the_tier_replays_with_its_counters(tmp_path):
     has none) offloads, copies back and recomputes as the run did, at the same cost. (A trace
     has no record of the program reading a value, Tensor.numpy(): an offloaded parameter read
     after the step would be copied back in the run and not in the replay.)"""
-    import coop
-    rt = coop.Runtime(coop.numpy_allocator("64MiB"), cost="cpu")
-    train_wide(rt)
-    budget = int(0.8 * rt.stats()["lower_bound_bytes"])
+    budget = below_the_bound(train_wide)[0]
     rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu")
     path = tmp_path / "run.jsonl"
     with rt.record(path):
@@ -286,7 +282,6 @@ def test_a_recorded_run_with_the_tier_replays_with_its_counters(tmp_path):
 def test_the_tier_opens_for_good_the_first_time_it_is_needed(trace):
     """Offloads count only when no choice exists without them, until the first time: from then
     on (the budget is below what the device alone holds) every choice counts them."""
-    from coop.trace._replay import Replayer
     program = R.load(trace)
     rp = Replayer(program, Arena(6144, 512), "coop-offload", 0.0, R.copy_cost(program), None,
                   R.host_link(program), 0)

@@ -86,9 +86,10 @@ def _ideal_claim(mins, by_policy):
              b["compute_overhead"] if b["status"] == "ok" else None]}
 
 
-def _never_worse_claim(by_policy, other, mine="coop"):
+def _never_worse_claim(by_policy, other, mine="coop", strict=False):
     """`mine` (coop) no worse than the ablation `other`: its minimum ratio no higher, and its
-    compute overhead no higher (1e-9 relative) at every ratio where both complete."""
+    compute overhead no higher (1e-9 relative) at every ratio where both complete; strict: and
+    completing at every ratio where `other` completes (fails_at lists those it does not)."""
     if mine not in by_policy or other not in by_policy:
         return {"holds": None, "why": f"needs {mine} and {other}"}
     ok_c = [r["ratio"] for r in by_policy[mine] if r["status"] == "ok"]
@@ -101,8 +102,14 @@ def _never_worse_claim(by_policy, other, mine="coop"):
         if r["status"] == "ok" and q is not None and q["status"] == "ok" and \
                 r["compute_overhead"] > q["compute_overhead"] * (1 + 1e-9):
             worse.append(r["ratio"])
-    return {"holds": min_holds and not worse, mine: c, other: o, "min_holds": min_holds,
-            "worse_at": worse}
+    fails = [r["ratio"] for r in by_policy[mine] if r["status"] != "ok"
+             and (q := _at(by_policy[other], r["ratio"])) is not None and q["status"] == "ok"]
+    out = {"holds": min_holds and not worse, mine: c, other: o, "min_holds": min_holds,
+           "worse_at": worse}
+    if strict:
+        out["fails_at"] = fails
+        out["holds"] = out["holds"] and not fails
+    return out
 
 
 #: the host tier's target: its minimum ratio within this of the offload floor
@@ -203,7 +210,7 @@ def summarize(sources, rows, policies):
                 "fragmentation": _fragmentation_claim(by_policy),
                 "search_time_0.3": _search_claim(by_policy),
                 "offload_not_worse_than_coop": _never_worse_claim(by_policy, "coop",
-                                                                  "coop-offload"),
+                                                                  "coop-offload", strict=True),
                 "offload_floor": _tier_claim(s, mins),
             },
         }

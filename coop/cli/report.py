@@ -172,7 +172,7 @@ def _tier_tables(summary, policies):
                      _ratio(c["min_feasible_ratio"]), _ratio(t["min_feasible_ratio"]),
                      "yes" if floor["holds"] else "no",
                      "yes" if worse["holds"] else
-                     f"no ({', '.join(f'{r:g}' for r in worse['worse_at']) or 'min'})",
+                     f"no ({', '.join(f'{r:g}' for r in worse['worse_at'] + worse['fails_at']) or 'min'})",
                      *(f"{_cell(c['at'][m])} / {_cell(t['at'][m])}" for m in ("0.5", "0.3")),
                      _tier_cell(t["at_min"])])
     return ["\nThe host tier: coop-offload (offloads to host memory when no window exists "

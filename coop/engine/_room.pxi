@@ -67,18 +67,15 @@ cdef class _Room(_Records):
         kernel's allocation then searches as it would have. Only when the policy moves."""
         if not self.move_rate < INFINITY:
             return False
-        # room made without the host tier first (moves, then compaction), then with it: an
-        # offload is the last way out (docs/core.md, "The host tier")
-        cdef bint found
+        # room is made without the host tier (moves, then compaction): until the tier is open,
+        # an offload is the way out of an allocation that fails after everything else,
+        # never of room made ahead (docs/core.md, "The host tier")
         cdef bint held = self.arena.offload_held
-        self.arena.offload_held = True
+        self.arena.offload_held = self.arena.offload_last
         try:
-            found = self._room_for(o, need)
+            return self._room_for(o, need)
         finally:
             self.arena.offload_held = held
-        if not found and self.arena.n_offload > 0 and not held:
-            found = self._room_for(o, need)
-        return found
 
     cdef bint _room_for(self, int o, vector[size_t]& need) except -1:
         """c_make_room's one attempt, offloads counted as the arena says (offload_held)."""
