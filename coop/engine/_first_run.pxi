@@ -76,16 +76,27 @@ cdef class _FirstRun(_Residency):
     cdef int c_first_output(self, int o, int64_t nbytes) except -1:
         """c_output placed now, for a kernel that allocates its outputs before any work (a
         simulated or replayed op): a failed allocation may run the kernel again (c_retry). While
-        it may, the host tier waits: offloads come after the room made by moving the inputs."""
+        it may, the host tier waits: until the tier is open, it is tried once everything else has
+        failed, room made for the request with the kernel's inputs movable and offloads counted,
+        then the allocation once more."""
         cdef bint held = self.arena.offload_held
+        cdef bint tier_tried = False
+        cdef vector[size_t] need
         while True:
             self.arena.offload_held = held or self.c_may_retry()
             try:
                 return self.c_output(o, nbytes, -1)
             except OutOfMemoryError as err:
                 self.arena.offload_held = held
-                if not self.c_retry(o, err.request):
+                if self.c_retry(o, err.request):
+                    continue
+                if held or tier_tried or not self.offloading or not self.arena.offload_last \
+                        or not self.move_rate < INFINITY:
                     raise
+                tier_tried = True
+                need.clear()
+                need.push_back(self.arena.request_size(err.request))
+                self._room_for(o, need)
             finally:
                 self.arena.offload_held = held
 
