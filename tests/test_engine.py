@@ -149,7 +149,12 @@ def test_a_demoted_dependency_is_every_policys_first_victim_and_is_freed(policy)
     assert e.resident(a) and arena.stats()["used_bytes"] == 5 * KIB    # c, h, a, b: full
     d = call(e, [c], KIB)
     assert not e.resident(a) and e.resident(h) and e.resident(b) and e.resident(d)
-    assert e.stats()["evictions"] == 1 and arena.stats()["used_bytes"] == 5 * KIB
+    # a leaves, and only a: evicted, or offloaded where that is cheaper (capuchin counts
+    # offloads from the start: a's copy out and back costs less than its recompute)
+    stats = e.stats()
+    assert (stats["evictions"], stats["offloads"]) == \
+        ((0, 1) if policy == "capuchin" else (1, 0))
+    assert arena.stats()["used_bytes"] == 5 * KIB
     arena.check()
 
 

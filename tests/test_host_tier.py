@@ -292,3 +292,18 @@ def test_the_tier_opens_for_good_the_first_time_it_is_needed(trace):
     rp.run(3)
     rp.finish()
     rp.engine.arena.check()
+
+
+def test_the_capuchin_style_baseline_offloads_from_the_first_eviction(trace):
+    """capuchin: DTR's victims, each by its cheaper way, offloads counted from the start, and no
+    addresses: for g it offloads w, but the range w frees is cut from the free end of the
+    arena by a (g's input, pinned), so g's 3072 bytes still find no room; coop-offload moves a
+    and completes."""
+    r = R.replay(trace, budget=6144, policy="capuchin", lookahead=0, check=True)
+    assert (r["status"], r["failed_request"], r["failed_largest_free"]) == ("oom", 3072, 2048)
+    assert (r["offloads"], r["bytes_d2h"], r["recomputes"]) == (1, 2048, 0)
+    assert R.replay(trace, budget=6144, policy="coop-offload")["status"] == "ok"
+    program = R.load(trace)
+    rp = Replayer(program, Arena(6144, 512), "capuchin", 0.0, R.copy_cost(program), None,
+                  R.host_link(program), 0)
+    assert not rp.engine.arena.offload_last     # open from the start

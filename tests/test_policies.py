@@ -21,6 +21,7 @@ EXPECTED = {
     "dtr-ideal": ("dtr", False, False, True, False),
     "coop-no-move": ("coop", True, True, False, False),
     "coop-offload": ("coop", True, True, False, True),
+    "capuchin": ("dtr", False, False, False, False),
 }
 
 
@@ -31,7 +32,8 @@ def test_the_table():
         assert (p.name, p.core, p.partition, p.inplace, p.ideal, p.move) == (
             name, core, partition, inplace, ideal, move)
         assert get_policy(name) is p
-        assert p.offload == (name == "coop-offload")
+        assert p.offload == (name in ("coop-offload", "capuchin"))
+        assert p.offload_last == (name != "capuchin")
         assert p.core_code == CORE_POLICIES.index(core)
 
 

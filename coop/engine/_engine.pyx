@@ -197,6 +197,8 @@ cdef class Engine(_InPlace):
         if lookahead < 0:
             raise ValueError(f"lookahead must be a number of ops >= 0, got {lookahead}")
         self.lookahead = lookahead if self.offloading else 0
+        if self.offloading and not record.offload_last:
+            self.arena.c_count_offloads(True)
 
     def close(self):
         """Stop owning the arena (its storages stay registered)."""

@@ -28,6 +28,8 @@ class Policy:
     memory;
     offload: a piece may also leave by an offload to the host tier (constants included), at the
     host link's cost, where the executor can copy to the host (docs/core.md, "The host tier");
+    offload_last: offloads wait until no other way out exists (then the tier opens for good);
+    off: every choice counts them from the start;
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
     of ``core`` in ``coop._core.POLICIES``), for Cython owners.
     """
@@ -39,6 +41,7 @@ class Policy:
     ideal: bool = False
     move: bool = False
     offload: bool = False
+    offload_last: bool = True
     core_code: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -68,6 +71,9 @@ POLICIES = {p.name: p for p in (
     # coop with the host tier: a piece leaves its window by eviction, a move or an offload,
     # whichever costs least (opt-in: the tier needs host memory and a link to it)
     Policy("coop-offload", "coop", partition=True, inplace=True, move=True, offload=True),
+    # a Capuchin-style baseline (ASPLOS 2020) in the same arena: DTR's victims, each leaving
+    # by the cheaper of its recompute and its copy out and back, from the first eviction on
+    Policy("capuchin", "dtr", partition=False, inplace=False, offload=True, offload_last=False),
 )}
 
 
