@@ -307,3 +307,20 @@ def test_the_capuchin_style_baseline_offloads_from_the_first_eviction(trace):
     rp = Replayer(program, Arena(6144, 512), "capuchin", 0.0, R.copy_cost(program), None,
                   R.host_link(program), 0)
     assert not rp.engine.arena.offload_last     # open from the start
+
+
+def test_the_timeline_draws_the_host_tier(trace, tmp_path):
+    """The timeline's lane has a row of offloads and one of copies back, per record; w's piece
+    ends "offloaded" at g, one begins "fetched" at h; the header counts them."""
+    from coop.trace import timeline
+    tl = timeline.write(trace, tmp_path / "t.html", budget=6144, policy="coop-offload")
+    data = tl.data()
+    sums = np.array([m[1:] for m in data["counts"]]).sum(axis=0).tolist()
+    assert sums[3:] == [tl.figures["offloads"], tl.figures["copies_back"]] and sums[3] >= 2
+    col = {c: k for k, c in enumerate(data["columns"])}
+    ends = [timeline.MARKS[p[col["end"]]] for p in data["pieces"]]
+    begins = [timeline.MARKS[p[col["begin"]]] for p in data["pieces"]]
+    assert ends.count("offloaded") == tl.figures["offloads"]
+    assert begins.count("fetched") == tl.figures["copies_back"]
+    page = (tmp_path / "t.html").read_text()
+    assert 'data-name="offloads"' in page and "copies back" in page

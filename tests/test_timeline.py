@@ -130,7 +130,7 @@ def test_the_pieces_are_the_arena_log_with_their_owners(trace, tmp_path):
                 "compute_overhead", "status"):
         assert tl.figures[key] == result[key], key
     # each record's marks: [record, recomputes, evictions, moves]
-    assert tl.marks == [[4, 0, 1, 0], [6, 1, 1, 0], [8, 1, 0, 0]]
+    assert tl.marks == [[4, 0, 1, 0, 0, 0], [6, 1, 1, 0, 0, 0], [8, 1, 0, 0, 0, 0]]
     assert [p["t0"] for p in tl.pieces][:3] == [0.5, 1.5, 2.5]   # records 0, 1, 2: one event
     assert tl.pieces[1]["t1"] == 4.333333                         # record 4: 1st of 2 events
 
@@ -154,7 +154,7 @@ def test_a_run_out_of_memory_is_drawn_up_to_the_failed_record(trace, tmp_path):
     assert (tl.figures["records"], tl.records) == (6, 7)
     assert all(p["t0"] < p["t1"] <= 7 for p in tl.pieces)
     assert [(p["begin"], p["t1"]) for p in tl.pieces[-2:]] == [("recomputed", 7)] * 2
-    assert tl.marks[-1] == [6, 2, 1, 0]
+    assert tl.marks[-1] == [6, 2, 1, 0, 0, 0]
 
 
 def test_the_page_is_self_contained(trace, tmp_path):
@@ -196,7 +196,7 @@ def test_a_moved_piece_is_drawn_at_both_ranges(move_trace, tmp_path):
     assert got == MOVE_PIECES
     assert tl.pieces[1]["t1"] == tl.pieces[2]["t0"] == 3.333333
     assert tl.pieces[2]["t1"] == tl.records == 7
-    assert tl.marks == [[3, 0, 0, 1]]           # [record, recomputes, evictions, moves]
+    assert tl.marks == [[3, 0, 0, 1, 0, 0]]   # record, recomputes, evictions, moves, 0, 0
     result = R.replay(move_trace, budget=MOVE_BUDGET, policy="coop", thrash=None)
     for key in ("window_moves", "bytes_moved", "evictions", "recomputes", "compute_overhead",
                 "peak_used_bytes", "status"):
@@ -260,7 +260,8 @@ def test_a_runtime_draws_the_rest_of_its_run(tmp_path):
     assert {k: data["figures"][k] for k in delta} == delta
     sums = np.array([m[1:] for m in data["counts"]]).sum(axis=0).tolist()
     moves = delta["constants_placed"] + data["figures"]["window_moves"]
-    assert sums == [delta["recomputes"], delta["evictions"] + delta["eager_evictions"], moves]
+    assert sums == [delta["recomputes"], delta["evictions"] + delta["eager_evictions"], moves,
+                    0, 0]
     col = data["columns"]
     moved = sum(p[col.index("begin")] == timeline.MARKS.index("moved") for p in data["pieces"])
     assert moved == moves

@@ -366,7 +366,8 @@ cdef class Engine(_InPlace):
         return {"nbytes": self.size[s], "offset": self.offset[s] if self.offset[s] >= 0 else None,
                 "producer": self.producer[s] if self.producer[s] >= 0 else None,
                 "index": self.index[s], "users": self.users[s], "readers": self.readers[s],
-                "pins": self.pins[s], "held": bool(self.held[s])}
+                "pins": self.pins[s], "held": bool(self.held[s]),
+                "on_host": self.on_host[s]}
 
     def storages(self):
         """Ids of the live storage records."""

@@ -47,20 +47,22 @@
                 "data-offset": p[col.offset], "data-size": p[col.size], "data-kind": kind,
                 "data-begin": begin, "data-end": end, "data-op": data.ops[p[col.op]],
                 "data-source": p[col.source], "data-to": p[col.to]}, pieces);
-    if (begin === "recomputed" || begin === "moved")
+    if (begin === "recomputed" || begin === "moved" || begin === "fetched")
       el("line", {class: "mark m-" + begin, x1: x, x2: x, y1: y, y2: y + h, "data-i": i}, marks);
     if (p[col.source] >= 0)      // moved: a line from the middle of the old range to the new
       el("line", {class: "link m-moved", x1: x, x2: x, y1: yOf(p[col.source], p[col.size]) + h / 2,
                   y2: y + h / 2, "data-i": i}, marks);
-    if (end === "evicted" || end === "moved")
+    if (end === "evicted" || end === "moved" || end === "offloaded")
       el("line", {class: "mark m-" + end, x1: x + w, x2: x + w, y1: y, y2: y + h, "data-i": i},
          marks);
   });
 
-  // ---- per record: recomputes (top half of the lane), evictions (bottom half), moves --------
+  // ---- per record, one row each: recomputes, evictions, moves, offloads to the host tier and
+  // copies back from it
   const lane = document.getElementById("lane");
-  const most = Math.max(1, ...data.counts.map((m) => Math.max(m[1], m[2], m[3])));
-  const laneRows = [["recomputed", 1, 0], ["evicted", 2, 1], ["moved", 3, 2]];
+  const most = Math.max(1, ...data.counts.map((m) => Math.max(m[1], m[2], m[3], m[4], m[5])));
+  const laneRows = [["recomputed", 1, 0], ["evicted", 2, 1], ["moved", 3, 2], ["offloaded", 4, 3],
+                    ["fetched", 5, 4]];
   data.counts.forEach((m) => {
     for (const [name, k, row] of laneRows) {
       if (!m[k]) continue;
@@ -114,7 +116,7 @@
   }
   function draw() {
     view.setAttribute("viewBox", [box.x, box.y, box.w, box.h].join(" "));
-    lane.setAttribute("viewBox", [box.x, 0, box.w, 3].join(" "));
+    lane.setAttribute("viewBox", [box.x, 0, box.w, 5].join(" "));
     const vx = +view.getAttribute("x"), vy = +view.getAttribute("y");
     const vw = +view.getAttribute("width"), vh = +view.getAttribute("height");
     axes.textContent = "";
@@ -136,7 +138,7 @@
         .textContent = +a.toFixed(3) + " " + name;
     }
     const ly = +lane.getAttribute("y");
-    ["recomputes", "evictions", "moves"].forEach((label, row) => {
+    ["recomputes", "evictions", "moves", "offloads", "copies back"].forEach((label, row) => {
       el("text", {x: vx - 8, y: ly + row * 12 + 9, class: "lane-label", "text-anchor": "end"},
          axes).textContent = label;
     });

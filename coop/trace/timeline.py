@@ -35,16 +35,18 @@ __all__ = ["KINDS", "MARKS", "Timeline", "collect", "recording", "render", "writ
 #: record (a kernel's temporary, or a value recomputed and evicted again before the record ended)
 KINDS = ("constant", "expensive", "cheap", "transient")
 #: how a piece begins or ends: "" (a first run or a constant; alive at the end), placed again
-#: by a recompute, evicted, released by the program, moved (copied to another range)
-MARKS = ("", "recomputed", "evicted", "released", "moved")
+#: by a recompute, evicted, released by the program, moved (copied to another range), offloaded
+#: to the host tier, fetched (copied back from it)
+MARKS = ("", "recomputed", "evicted", "released", "moved", "offloaded", "fetched")
 
 
 class Timeline:
     """What a timeline draws: ``pieces`` as dicts (offset, size, nbytes, t0, t1, kind, begin,
     end, op, cost, source: the offset a moved piece came from, to: the offset it moved to; -1
-    when it did not move); ``marks``, [record, recomputes, evictions, moves] of each record
-    that made any (the engine's and the arena's counters, so they add up to the figures even
-    where a piece lived and died within a record; moves are the engine's and the window's);
+    when it did not move); ``marks``, [record, recomputes, evictions, moves, offloads,
+    copies back] of each record that made any (the engine's and the arena's counters, so they
+    add up to the figures even where a piece lived and died within a record; moves are the
+    engine's and the window's; copies back, the host tier's fetches and prefetches);
     ``figures`` (the run's metrics), ``capacity`` and ``records``. Times are in records:
     record i's k-th of n log events happens at i + (k + 1) / (n + 1)."""
 
@@ -74,11 +76,12 @@ class Timeline:
 def collect(program, budget, policy="coop", alignment=None, thrash=None):
     """Replay program (a coop.trace Program) at budget bytes under policy, taking the arena's
     log record by record; returns a Timeline (its figures as coop.trace.replay.replay's)."""
-    from coop.trace.replay import DEFAULT_ALIGNMENT, copy_cost
+    from coop.trace.replay import DEFAULT_ALIGNMENT, DEFAULT_LOOKAHEAD, copy_cost, host_link
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
     arena = Arena(int(budget), align, ideal=get_policy(policy).ideal)
     replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0,
-                        copy_cost(program))
+                        copy_cost(program), program.meta.get("host_budget"), host_link(program),
+                        DEFAULT_LOOKAHEAD)
     log = _Log(replayer, program)
     status = "ok"
     try:
@@ -90,12 +93,15 @@ def collect(program, budget, policy="coop", alignment=None, thrash=None):
     except Thrash:
         status = "thrash"
     counters, stats = replayer.counters(), arena.stats()
+    tier = replayer.engine.tier_counters()
     figures = {
         "policy": policy, "status": status, "budget_bytes": arena.capacity,
         "peak_used_bytes": stats["peak_used_bytes"], "evictions": stats["evictions"],
         "eager_evictions": counters["eager_evictions"], "recomputes": counters["recomputes"],
         "constants_placed": counters["constants_placed"], "window_moves": stats["window_moves"],
-        "bytes_moved": stats["bytes_moved"],
+        "bytes_moved": stats["bytes_moved"], "offloads": tier["offloads"],
+        "copies_back": tier["fetches"] + tier["prefetches"],
+        "host_peak_bytes": tier["host_peak_bytes"],
         "compute_overhead": (counters["cost_total"] / program.cost_first
                              if program.cost_first else 1.0),
         "records": counters["records"], "alignment": align,
@@ -124,6 +130,7 @@ class _Log:
         """Run record i (run: a callable) with the arena's log on."""
         ops = self.engine.counters()
         stats = self.arena.stats()
+        tier = self.engine.tier_counters()
         self.arena.start_log()
         try:
             run()
@@ -132,11 +139,14 @@ class _Log:
             self._settle(i, events, ops)
             after = self.engine.counters()
             now = self.arena.stats()
+            host = self.engine.tier_counters()
             counts = [after["recomputes"] - ops["recomputes"],
                       now["evictions"] - stats["evictions"]
                       + after["eager_evictions"] - ops["eager_evictions"],
                       after["constants_placed"] - ops["constants_placed"]
-                      + now["window_moves"] - stats["window_moves"]]
+                      + now["window_moves"] - stats["window_moves"],
+                      host["offloads"] - tier["offloads"],
+                      host["fetches"] + host["prefetches"] - tier["fetches"] - tier["prefetches"]]
             if any(counts):
                 self.marks.append([i, *counts])
             self.time = i + 1      # a record that ran out of memory is drawn too
@@ -206,6 +216,8 @@ class _Log:
                 owner = [name, producer]      # a new value (or a new producer: an in-place op)
             elif (old := was.get(sid)) is not None and old["t1"] is not None and moved:
                 piece["begin"], piece["source"] = "moved", old["offset"]   # a constant settled
+            elif info["on_host"] == 2:
+                piece["begin"] = "fetched"    # back from the host tier, its copy kept there
             elif old is None or old["t1"] is not None:
                 piece["begin"] = "recomputed"
             self.owner[sid] = owner
@@ -225,6 +237,8 @@ class _Log:
             info = engine.info(sid)
             if info is None or released:
                 piece["end"] = "released"
+            elif info["on_host"] and sid not in self.resident:
+                piece["end"] = "offloaded"
             elif moved and sid in self.resident:
                 piece["end"], piece["to"] = "moved", self.resident[sid]["offset"]
             else:
@@ -252,6 +266,8 @@ def render(timeline):
                ("window moves", f"{f['window_moves']:,}"),
                ("bytes moved", _bytes(f["bytes_moved"])),
                ("constants placed", f"{f['constants_placed']:,}"),
+               *([("offloads", f"{f['offloads']:,}"), ("copies back", f"{f['copies_back']:,}"),
+                  ("host tier peak", _bytes(f["host_peak_bytes"]))] if f["offloads"] else []),
                ("overhead", f"{f['compute_overhead']:.3f}"),
                ("records", f"{f['records']:,}"), ("pieces", f"{len(timeline.pieces):,}")]
     header = "".join(f'<div class="figure" data-name="{html.escape(k)}"><span>{html.escape(k)}'
@@ -259,7 +275,7 @@ def render(timeline):
     legend = "".join(f'<span class="key"><i class="swatch k-{k}"></i>{k}</span>'
                      for k in (*KINDS, "free"))
     legend += "".join(f'<span class="key"><i class="tickmark m-{m}"></i>{m}</span>'
-                      for m in ("evicted", "recomputed", "moved"))
+                      for m in ("evicted", "recomputed", "moved", "offloaded", "fetched"))
     payload = json.dumps(timeline.data(), separators=(",", ":")).replace("</", "<\\/")
     script = resources.files("coop.trace").joinpath("timeline.js").read_text(encoding="utf-8")
     return _PAGE.format(title=html.escape(timeline.title), header=header, legend=legend,
@@ -339,7 +355,9 @@ cursor:pointer}
 .mark{stroke-width:2.5;vector-effect:non-scaling-stroke;pointer-events:none}
 .lane-mark{stroke:none}
 .link{stroke-width:1.5;stroke-opacity:.7;vector-effect:non-scaling-stroke;pointer-events:none}
-rect.m-evicted,rect.m-recomputed,rect.m-moved{fill:currentColor}
+rect.m-evicted,rect.m-recomputed,rect.m-moved,rect.m-offloaded,rect.m-fetched{fill:currentColor}
+.m-offloaded{stroke:#0b7d86;background:#0b7d86;color:#0b7d86}
+.m-fetched{stroke:#c2185b;background:#c2185b;color:#c2185b}
 .m-evicted{stroke:#d62728;background:#d62728;color:#d62728}
 .m-recomputed{stroke:#1a9e3f;background:#1a9e3f;color:#1a9e3f}
 .m-moved{stroke:#8e44ad;background:#8e44ad;color:#8e44ad}
@@ -363,11 +381,11 @@ _PAGE = """<!DOCTYPE html>
  id="zoom-out" title="zoom out">&minus;</button><button id="zoom-in-y"
  title="zoom in on the addresses">+ address</button><button id="zoom-out-y">&minus; address</button
 ><button id="reset">reset</button><span id="range"></span></div>
-<div id="plot"><svg id="chart" xmlns="http://www.w3.org/2000/svg" width="1100" height="560">
-<rect class="frame" x="70" y="10" width="1010" height="36"></rect>
-<svg id="lane" x="70" y="10" width="1010" height="36" preserveAspectRatio="none"></svg>
-<rect class="frame" x="70" y="54" width="1010" height="456"></rect>
-<svg id="view" x="70" y="54" width="1010" height="456" preserveAspectRatio="none"></svg>
+<div id="plot"><svg id="chart" xmlns="http://www.w3.org/2000/svg" width="1100" height="584">
+<rect class="frame" x="70" y="10" width="1010" height="60"></rect>
+<svg id="lane" x="70" y="10" width="1010" height="60" preserveAspectRatio="none"></svg>
+<rect class="frame" x="70" y="78" width="1010" height="456"></rect>
+<svg id="view" x="70" y="78" width="1010" height="456" preserveAspectRatio="none"></svg>
 <g id="axes"></g></svg><div id="tooltip" hidden></div></div>
 <p style="font-size:12px;color:#666">Wheel: zoom the records (shift: the addresses); drag: pan;
 double-click: reset. Hover a piece for its op, size, cost and lifetime.</p>
