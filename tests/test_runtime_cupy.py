@@ -97,3 +97,15 @@ def test_memory_freed_on_one_stream_is_reused_on_another_after_its_work():
             y += 1
         cupy.cuda.Device().synchronize()
         assert float(y.min().get()) == float(y.max().get()) == 1.0
+
+
+@pytest.mark.cuda
+def test_the_host_tier_on_the_device_trains_bit_exactly():
+    """coop-offload on the device: the chain at 0.3 of its peak, where the constant w and the
+    inputs may also leave for pinned host memory, gives coop's unlimited result bit for bit
+    (written against CuPy's source; the cuda marker runs it on a device)."""
+    expected, unlimited = _chain("64MiB", "coop")
+    budget = int(unlimited["peak_used_bytes"] * 0.3) // 512 * 512
+    got, stats = _chain(budget, "coop-offload")
+    np.testing.assert_array_equal(got, expected)
+    assert stats["recomputes"] + stats["offloads"] > 0      # 0.3 of the peak needs a way out

@@ -558,6 +558,9 @@ class _BoundPool(Backend):
     #: a move is a device-to-device copy onto the destination piece (copy_to); a window is
     #: never compacted in place: an overlapping device copy is not done here
     can_move = True
+    #: the host tier: to_host, from_host and free_host copy through pinned host memory on a
+    #: copy stream (an offloading policy's offloads; not yet run on a GPU)
+    can_offload = True
 
     def __init__(self, pool, device_id):
         self._pool = weakref.ref(pool)
