@@ -123,6 +123,12 @@ def test_a_trace_that_cannot_be_replayed_is_one_line_and_status_1(files, capsys,
     (["--budget", "0.5", "--thrash", "nan"], "thrash must be a finite number >= 0"),
     (["--budget", "0.5", "--thrash", "inf"], "thrash must be a finite number >= 0"),
     (["--budget", "0.5", "--format", "onnx"], "invalid choice: 'onnx'"),
+    (["--budget", "0.5", "--host-budget", "1GiB"],
+     "--host-budget needs an offloading policy (coop-offload, capuchin)"),
+    (["--budget", "0.5", "--policy", "coop-offload", "--host-budget=-3GB"],
+     "--host-budget: budget '-3GB': must be more than 0"),
+    (["--budget", "0.5", "--lookahead", "-1"], "--lookahead must be a number of ops >= 0"),
+    (["--budget", "0.5", "--device", "tpu"], "invalid choice: 'tpu'"),
     ([], "the following arguments are required: --budget"),
 ])
 def test_a_bad_replay_argument_is_one_line_and_status_2(files, capsys, argv, message):
