@@ -89,6 +89,7 @@ class Optimizer:
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 self._update(apply, i, p, p.grad)
+        self.runtime.mark_step()      # the host tier's prefetch looks ahead by steps
 
     def _update(self, apply, i, p, g):
         raise NotImplementedError

@@ -37,11 +37,14 @@ class Runtime:
     >= density_threshold ns/B, decided before the outputs are placed). host_budget: the bytes the
     host tier of an offloading policy (coop-offload) may hold (an int or "64GiB"; None: the
     backend's host_budget, else no limit); the backend must copy to the host (NumPy's does;
-    elsewhere the policy runs without the tier).
+    elsewhere the policy runs without the tier). lookahead: with the tier, after each op the
+    constants the next `lookahead` ops of the previous training step read (coop.optim's
+    optimizers mark the steps: mark_step) start coming back from the host tier when they fit
+    a free range (0, the default: none; a recorded run then replays with its counters).
     """
 
     def __init__(self, backend, policy="coop", cost=None, classifier="type",
-                 density_threshold=1.0, seed=0, host_budget=None):
+                 density_threshold=1.0, seed=0, host_budget=None, lookahead=0):
         record = get_policy(policy)
         if host_budget is None and record.offload:
             host_budget = getattr(backend, "host_budget", None)
@@ -82,7 +85,9 @@ class Runtime:
         executor = SimExecutor(backend) if backend.xp is None else ArrayExecutor(backend.bound())
         try:
             engine = Engine(arena, record.name, executor, 0.0, _copy_cost(backend, cost),
-                            host_budget, _host_link(backend, cost))
+                            host_budget, _host_link(backend, cost), lookahead)
+            # a live run has no trace to look ahead in: the previous step's order of ops
+            engine.step_prefetch = engine.lookahead > 0
         except BaseException:
             if previous is not None:      # refused: the backend stays the previous runtime's
                 arena.attach(previous)
@@ -349,6 +354,12 @@ class Runtime:
         # a fresh context has NumPy's default handler: the copy is made outside the arena even
         # inside `with backend:`
         return contextvars.Context().run(host_copy, self.xp, array)
+
+    def mark_step(self):
+        """A training step ended (coop.optim's optimizers call this after each step): its
+        order of ops is the one the next step's prefetch looks ahead in (lookahead)."""
+        with self._lock:
+            self._engine.step()
 
     def stats(self):
         """The engine's counters and the arena's, one name each, with compute_overhead

@@ -324,3 +324,22 @@ def test_the_timeline_draws_the_host_tier(trace, tmp_path):
     assert begins.count("fetched") == tl.figures["copies_back"]
     page = (tmp_path / "t.html").read_text()
     assert 'data-name="offloads"' in page and "copies back" in page
+
+
+def test_a_live_run_prefetches_by_the_previous_steps_order():
+    """With lookahead, after each op the constants the next ops of the previous step read
+    (coop.optim marks the steps) start coming back when they fit: copies back turn into
+    prefetches that run under compute, and the training stays bit-identical."""
+    budget, _, (ref_losses, reference) = below_the_bound(lambda rt: train_gpt(rt, steps=4))
+    plain = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu")
+    train_gpt(plain, steps=4)
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu",
+                      lookahead=8)
+    losses, got = train_gpt(rt, steps=4)
+    assert losses == ref_losses
+    for a, b in zip(got, reference):
+        np.testing.assert_array_equal(a, b)
+    s, p = rt.stats(), plain.stats()
+    assert p["prefetches"] == 0 and s["prefetches"] > 0 and s["copy_hidden"] > 0
+    assert s["fetches"] < p["fetches"] and s["copy_exposed"] < p["copy_exposed"]
+    rt.arena.check()

@@ -144,6 +144,9 @@ cdef class _Tier(_Room):
     cdef readonly int64_t host_bytes, host_peak
     cdef readonly double d2h_rate, h2d_rate   # cost units (ns) per byte of a copy out, back
     cdef readonly int lookahead        # prefetch: ops ahead a caller may bring inputs back for
+    cdef public bint step_prefetch     # a live run: prefetch by the previous step's order of ops
+    cdef vector[vector[int]] prev_reads   # ... the constants each op of the previous step read
+    cdef vector[vector[int]] cur_reads    # ... and of this step, so far
     cdef double d2h_free_at, h2d_free_at      # when each copy engine is next free (the clock)
     cdef vector[int] host_fifo         # storages put in the host tier, oldest first (may be stale)
     cdef size_t host_head              # host_fifo's first entry still to look at
@@ -157,6 +160,8 @@ cdef class _Tier(_Room):
     cdef int c_fetch(self, int s) except -1
     cdef bint c_prefetch(self, int s) except -1
     cdef int c_await(self, int s) except -1
+    cdef int c_step_reads(self, vector[int]& inputs) except -1
+    cdef int c_step_prefetch(self) except -1
     cdef int _placement_of_storage(self, int s) noexcept
 
 

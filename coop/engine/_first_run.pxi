@@ -42,6 +42,8 @@ cdef class _FirstRun(_Residency):
         _unique_into(inputs, self.cur_uniq)
         for s in self.cur_uniq:
             self.c_pin(s)
+        if self.step_prefetch:
+            self.c_step_reads(self.cur_uniq)
         self.cur_op = o
         try:
             self._make_resident(self.cur_uniq)
@@ -114,6 +116,8 @@ cdef class _FirstRun(_Residency):
         self.cur_uniq.clear()
         if self.live_out[o] == 0:
             self._kill_op(o)     # an op of views only leaves no record
+        if self.step_prefetch:
+            self.c_step_prefetch()
         return 0
 
     cdef int c_finish(self, int o) except -1:

@@ -207,6 +207,35 @@ cdef class _Tier(_Room):
                 self._charge_copy(wait)
         return 0
 
+    cdef int c_step_reads(self, vector[int]& inputs) except -1:
+        """A live run's op starts (step_prefetch): the constants among its inputs join this
+        step's order of reads."""
+        cdef vector[int] consts
+        cdef int s
+        for s in inputs:
+            if self.producer[s] < 0:
+                consts.push_back(s)
+        self.cur_reads.push_back(consts)
+        return 0
+
+    cdef int c_step_prefetch(self) except -1:
+        """A live run's op finished: the constants the next `lookahead` ops of the previous
+        step read (parameters and optimizer state are the same storages each step), where they
+        wait in the host tier, start coming back (c_prefetch: into free ranges only)."""
+        cdef size_t j, n = self.cur_reads.size()
+        cdef int s
+        for j in range(n, min(n + <size_t>self.lookahead, self.prev_reads.size())):
+            for s in self.prev_reads[j]:
+                if s < <int>self.alive.size() and self.alive[s] and self.on_host[s] == 1:
+                    self.c_prefetch(s)
+        return 0
+
+    def step(self):
+        """A training step ended (the runtime's optimizers say so): this step's order of reads
+        becomes the one the next step prefetches by."""
+        self.prev_reads.swap(self.cur_reads)
+        self.cur_reads.clear()
+
     def tier_counters(self):
         """The host tier's counters (Runtime.stats, replays, coop bench)."""
         return {"offloads": self.offloads, "fetches": self.fetches,
