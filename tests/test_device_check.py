@@ -91,13 +91,14 @@ def test_the_probes_without_a_device_say_so_and_exit_3(tmp_path):
     if cupy.cuda.is_available():
         pytest.skip("a CUDA device is visible: the probes would run")
     probes = os.path.join(ROOT, "benchmarks", "device_probes.py")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the coop this interpreter imports (installed, or built in place), not the source tree:
+    # a checkout installed with pip has no compiled modules in it
     run = subprocess.run([sys.executable, probes, "--out", str(tmp_path), "--only",
-                          "host_link,host_tier"], capture_output=True, text=True, env=env,
-                         timeout=120)
+                          "host_link,host_tier"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
     assert (run.returncode, run.stdout) == (3, "no CUDA device visible to CuPy: nothing to "
                                                "probe\n"), run.stderr
     assert list(tmp_path.iterdir()) == []
     run = subprocess.run([sys.executable, probes, "--only", "host_teir"], capture_output=True,
-                         text=True, env=env, timeout=120)
+                         text=True, cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and "no probe named host_teir; probes: costs," in run.stderr
