@@ -607,8 +607,7 @@ cdef class Arena:
 
     @offload_last.setter
     def offload_last(self, flag):
-        self.offload_last = bool(flag)
-        _remirror(self, not self.offload_last)
+        self.c_count_offloads(not flag)
 
     def unbind(self, sid):
         """Resident sid leaves its piece unevicted (its bytes went elsewhere): the piece stays

@@ -410,11 +410,9 @@ cdef class ArrayExecutor(Executor):
             if outs[k].shape != shape or outs[k].dtype != dtype:
                 raise RuntimeError(f"kernel {rec.kernel.name!r} returned {outs[k].shape} "
                                    f"{outs[k].dtype} on recompute, {shape} {dtype} the first time")
-            memory = memory_of(root)
             engine.c_bind(sid, offset)
-            if sid >= len(arrays):      # an old value made by an in-place op, resident at last
-                arrays.extend([None] * (sid + 1 - len(arrays)))
-            arrays[sid] = memory
+            # an old value made by an in-place op may be resident here for the first time
+            _put(arrays, sid, memory_of(root))
         return 0
 
     cpdef bint drop(self, int sid) except -1:
@@ -489,10 +487,7 @@ cdef class ArrayExecutor(Executor):
         cdef object memory = self._movable(sid)
         if memory is None or self.backend.memory_held(memory) or memory.dtype.hasobject:
             return False
-        copy = self.backend.to_host(memory)
-        if sid >= len(self.host):
-            self.host.extend([None] * (sid + 1 - len(self.host)))
-        self.host[sid] = copy
+        _put(self.host, sid, self.backend.to_host(memory))
         return True
 
     cpdef int fetch(self, int sid, int placement) except -1:
@@ -501,9 +496,7 @@ cdef class ArrayExecutor(Executor):
         host copy stays until forget_host."""
         array = self.backend.from_host(self.host[sid], placement)
         self.engine.c_bind(sid, self.backend.offset_of(array))
-        if sid >= len(self.arrays):
-            self.arrays.extend([None] * (sid + 1 - len(self.arrays)))
-        self.arrays[sid] = array
+        _put(self.arrays, sid, array)
         return 0
 
     cpdef int forget_host(self, int sid) except -1:
@@ -519,9 +512,7 @@ cdef class ArrayExecutor(Executor):
         with self.backend.placing(placement):
             moved = self.xp.array(arrays[src], copy=True)    # C-contiguous, as the source
         self.engine.c_bind(dst, self.backend.offset_of(moved))
-        if dst >= len(arrays):
-            arrays.extend([None] * (dst + 1 - len(arrays)))
-        arrays[dst] = moved
+        _put(arrays, dst, moved)
         return 0
 
 
@@ -577,6 +568,13 @@ class SimExecutor(SizeExecutor):
 
     def array_of(self, sid):
         return None
+
+
+cdef inline void _put(list items, int i, value):
+    """items[i] = value, the list grown with None up to i first (ids index these lists)."""
+    if i >= len(items):
+        items.extend([None] * (i + 1 - len(items)))
+    items[i] = value
 
 
 def _as_array(xp, value):

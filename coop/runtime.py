@@ -478,7 +478,7 @@ def _host_link(backend, spec):
         spec = DEVICES["cpu"] if backend.xp is numpy else _default_cost(backend)
     if spec.h2d_bytes_per_s is None or spec.d2h_bytes_per_s is None:
         return None       # the engine's default link
-    return spec.d2h_ns_per_byte, spec.h2d_ns_per_byte
+    return spec.host_link
 
 
 def _allocs(log):

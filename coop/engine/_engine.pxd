@@ -110,6 +110,7 @@ cdef class _Records(_Clock):
                           vector[int]& neighbors, bint evictable) except -1
     cdef int _register(self, int s, double cost, vector[int]& neighbors, bint evictable) except -1
     cdef int _drop(self, int s) except -1
+    cdef int _hold(self, int s) except -1
     cdef int _new_op(self) except -1
     cdef int _kill_op(self, int o) except -1
     # lifetime
@@ -155,6 +156,10 @@ cdef class _Tier(_Room):
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
     cdef readonly double copy_hidden   # prefetched copy time that ran under compute
     cdef int _offload(self, int s) except -1
+    cdef int _leave(self, int s) except -1
+    cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept
+    cdef int _wait(self, double done) except -1
+    cdef int _bring_back(self, int s) except -1
     cdef bint _host_room(self, int64_t need, bint constant) except -1
     cdef int _host_drop(self, int s) except -1
     cdef int c_fetch(self, int s) except -1

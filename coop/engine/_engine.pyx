@@ -50,7 +50,7 @@ cdef enum:
 #: (coop's recorded traces and DTR's logs count nanoseconds)
 DEFAULT_COPY_COST = DEVICES["a100-80gb"].copy_ns_per_byte
 #: (d2h, h2d) cost units per byte of the host link when none is given: the a100-80gb's PCIe
-DEFAULT_LINK = (DEVICES["a100-80gb"].d2h_ns_per_byte, DEVICES["a100-80gb"].h2d_ns_per_byte)
+DEFAULT_LINK = DEVICES["a100-80gb"].host_link
 
 
 cdef class Executor:

@@ -162,12 +162,17 @@ cdef class _Records(_Clock):
         if self.executor.drop(s):
             self.offset[s] = -1
             self.ready_at[s] = 0.0
-        else:
-            self.held[s] = 1
-            self.held_count += 1
-            self.arena.c_set_evictable(self.slot[s], False)
-            self.arena.c_set_movable(self.slot[s], False)
-            self.arena.c_set_offload(self.slot[s], INFINITY)
+            return 0
+        return self._hold(s)
+
+    cdef int _hold(self, int s) except -1:
+        """The executor cannot free s's memory (a user's array holds it): s is held, never
+        evicted, moved or offloaded again."""
+        self.held[s] = 1
+        self.held_count += 1
+        self.arena.c_set_evictable(self.slot[s], False)
+        self.arena.c_set_movable(self.slot[s], False)
+        self.arena.c_set_offload(self.slot[s], INFINITY)
         return 0
 
     cdef int _new_op(self) except -1:

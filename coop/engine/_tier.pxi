@@ -55,19 +55,11 @@ cdef class _Tier(_Room):
         offloaded again) once no recomputable copy can be dropped for it. One the executor
         cannot copy (its memory held by a user's array) is held, as _drop holds it."""
         cdef int64_t need = self.arena.request_size(self.size[s])
-        cdef double start, done
         if self.offset[s] < 0 or self.held[s]:
             return 0
         if self.on_host[s] == 2:
             # its host copy holds its bytes: the piece is freed, nothing is copied
-            self.arena.c_unbind(self.slot[s])
-            if not self.executor.drop(s):
-                raise RuntimeError(f"the executor could not free offloaded storage {s}")
-            self.offset[s] = -1
-            self.ready_at[s] = 0.0
-            self.on_host[s] = 1
-            self.offloads += 1
-            return self._offer(s)
+            return self._leave(s)
         if not self._host_room(need, self.producer[s] < 0):
             if self.producer[s] >= 0:
                 return self._drop(s)
@@ -75,30 +67,51 @@ cdef class _Tier(_Room):
             self.host_refusals += 1
             return 0
         if not self.executor.offload(s):
-            self.held[s] = 1
-            self.held_count += 1
-            self.arena.c_set_evictable(self.slot[s], False)
-            self.arena.c_set_movable(self.slot[s], False)
-            self.arena.c_set_offload(self.slot[s], INFINITY)
-            return 0
-        self.arena.c_unbind(self.slot[s])
-        if not self.executor.drop(s):
-            raise RuntimeError(f"the executor copied storage {s} out but could not free it")
-        self.offset[s] = -1
-        self.ready_at[s] = 0.0
-        self.on_host[s] = 1
+            return self._hold(s)
         self.host_bytes += need
         if self.host_bytes > self.host_peak:
             self.host_peak = self.host_bytes
         self.host_fifo.push_back(s)
-        self.offloads += 1
         self.bytes_d2h += self.size[s]
         # the copy out: the freed range is reused at once, so the clock waits for all of it
-        start = self.d2h_free_at if self.d2h_free_at > self.now else self.now
-        done = start + <double>self.size[s] * self.d2h_rate
-        self.d2h_free_at = done
-        self.copy_exposed += done - self.now
-        self._charge_copy(done - self.now)
+        self._wait(self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate))
+        return self._leave(s)
+
+    cdef int _leave(self, int s) except -1:
+        """Resident s, whose bytes are in the host tier, leaves its piece (unbound, then freed
+        by the executor): offloaded."""
+        self.arena.c_unbind(self.slot[s])
+        if not self.executor.drop(s):
+            raise RuntimeError(f"the executor could not free offloaded storage {s}")
+        self.offset[s] = -1
+        self.ready_at[s] = 0.0
+        self.on_host[s] = 1
+        self.offloads += 1
+        return self._offer(s)
+
+    cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept:
+        """A copy of nbytes on the copy engine free at *free_at (one per direction): it starts
+        when the engine is free, no earlier than now; returns when it ends."""
+        cdef double start = free_at[0] if free_at[0] > self.now else self.now
+        free_at[0] = start + <double>nbytes * rate
+        return free_at[0]
+
+    cdef int _wait(self, double done) except -1:
+        """The clock waits until done for a copy it cannot hide (charged as executed cost)."""
+        if done > self.now:
+            self.copy_exposed += done - self.now
+            self._charge_copy(done - self.now)
+        return 0
+
+    cdef int _bring_back(self, int s) except -1:
+        """Give offloaded s memory holding its host copy's bytes (the executor's fetch: placed
+        as its producer's outputs); the copy stays, cached. Returns when the copy back ends."""
+        self.executor.fetch(s, self._placement_of_storage(s))
+        if self.offset[s] < 0:
+            raise RuntimeError(f"the executor's fetch did not bring storage {s} back")
+        self.on_host[s] = 2
+        self._offer(s)
+        self.bytes_h2d += self.size[s]
         return 0
 
     cdef bint _host_room(self, int64_t need, bint constant) except -1:
@@ -156,43 +169,23 @@ cdef class _Tier(_Room):
     cdef int c_fetch(self, int s) except -1:
         """Bring offloaded s back on demand: memory for it (placed as its producer's outputs,
         evicting as the policy chooses), its bytes copied back; the clock waits for the copy."""
-        cdef double start, done
-        self.executor.fetch(s, self._placement_of_storage(s))
-        if self.offset[s] < 0:
-            raise RuntimeError(f"the executor's fetch did not bring storage {s} back")
-        self.on_host[s] = 2      # the host copy stays, cached
-        self._offer(s)
+        self._bring_back(s)
         self.fetches += 1
-        self.bytes_h2d += self.size[s]
-        start = self.h2d_free_at if self.h2d_free_at > self.now else self.now
-        done = start + <double>self.size[s] * self.h2d_rate
-        self.h2d_free_at = done
-        self.copy_exposed += done - self.now
-        self._charge_copy(done - self.now)
-        return 0
+        return self._wait(self._copy(&self.h2d_free_at, self.size[s], self.h2d_rate))
 
     cdef bint c_prefetch(self, int s) except -1:
         """Start bringing offloaded s back ahead of its use, when it fits a free range as is
         (a prefetch never evicts): the copy runs on the host-to-device engine while ops run;
         its reader waits for what is left of it (c_await). False when s is not offloaded or
         does not fit."""
-        cdef double start, done
         if self.on_host[s] != 1 or self.offset[s] >= 0 \
                 or self.arena.largest_free() < self.arena.request_size(self.size[s]):
             return False
-        self.executor.fetch(s, self._placement_of_storage(s))
-        if self.offset[s] < 0:
-            raise RuntimeError(f"the executor's fetch did not bring storage {s} back")
-        self.on_host[s] = 2
-        self._offer(s)
+        self._bring_back(s)
         self.arena.c_touch(self.slot[s], self.now)   # just brought back: not the next victim
         self.prefetches += 1
-        self.bytes_h2d += self.size[s]
-        start = self.h2d_free_at if self.h2d_free_at > self.now else self.now
-        done = start + <double>self.size[s] * self.h2d_rate
-        self.h2d_free_at = done
-        self.ready_at[s] = done
-        self.copy_hidden += done - start
+        self.ready_at[s] = self._copy(&self.h2d_free_at, self.size[s], self.h2d_rate)
+        self.copy_hidden += <double>self.size[s] * self.h2d_rate   # less what c_await waits
         return True
 
     cdef int c_await(self, int s) except -1:

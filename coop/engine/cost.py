@@ -57,6 +57,12 @@ class DeviceSpec:
         """Time of copying one byte from the device to host memory, in ns."""
         return 1e9 / self._link("d2h_bytes_per_s")
 
+    @property
+    def host_link(self):
+        """(d2h, h2d): the ns per byte of a copy to host memory and of one back, what the
+        engine's host tier prices and charges (Engine(link=...))."""
+        return self.d2h_ns_per_byte, self.h2d_ns_per_byte
+
     def h2d_ns(self, nbytes):
         """Time of one copy of nbytes from host memory to the device, in ns."""
         return nbytes * self.h2d_ns_per_byte

@@ -62,7 +62,7 @@ def host_link(program):
     if link is not None:
         return float(link[0]), float(link[1])
     spec = DEVICES.get(program.meta.get("cost_model"), DEVICES["a100-80gb"])
-    return spec.d2h_ns_per_byte, spec.h2d_ns_per_byte
+    return spec.host_link
 
 
 def _alignment(program, alignment):
@@ -168,8 +168,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     limit = thrash * program.cost_first if thrash else 0.0
     if device is not None and device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
-    link = host_link(program) if device is None else (DEVICES[device].d2h_ns_per_byte,
-                                                       DEVICES[device].h2d_ns_per_byte)
+    link = host_link(program) if device is None else DEVICES[device].host_link
     if host_budget is not None:
         host_budget = parse_budget(host_budget)
     replayer = Replayer(program, arena, policy, limit, copy_cost(program), host_budget, link,
