@@ -20,12 +20,16 @@ cdef struct Best:
 
 
 cdef struct Ranked:
-    # the cheapest window, and a bound from below of every other window's cost (the moving
-    # window's first pass), over the windows whose forced movers do not outnumber the free
-    # pieces outside them (no other window has a plan)
-    Best best
-    double second       # the least over the other windows of cost - sum * 1e-10
-    bint unsure         # a cost that is not a number was seen: second bounds nothing
+    # the moving window's first pass: the window of least bound, and the least bound of the
+    # other windows that start before it and of those that start after it, over the windows
+    # whose forced movers do not outnumber the free pieces outside them (no other has a plan)
+    size_t lo           # the window of least bound (ties: the first): entries lo..end-1
+    size_t end
+    double least        # ... its bound
+    bint found
+    double before       # the least bound of the other windows that start before it
+    double after        # ... of those that start after it
+    bint unsure         # a cost that is not a number was seen: the bounds say nothing
     int bins            # the free pieces (entries of kind K_FREE) in all
 
 
@@ -33,7 +37,7 @@ ctypedef Best* BestAt
 ctypedef Ranked* RankedAt
 
 # The scan's visitors: the evict-only and compaction windows keep the cheapest (a Best), the
-# moving window's first pass the cheapest and a bound of the others (a Ranked), and its full
+# moving window's first pass the window of least bound and bounds of the others (a Ranked), its full
 # pass hands each window to the planner, whose movers' costs sum apart. A fused type, so each
 # gets its own compiled scan with no test of the others' in the inner loop.
 ctypedef fused Visitor:
@@ -48,6 +52,7 @@ cdef enum:
     K_MOVER = 2        # its cheaper way out is a move: its cost sums in the movers' lane
     K_FORCED = 4       # it must move (movable, not a candidate)
     K_FREE = 8         # a free piece
+    K_COSTLY = 16      # its way out costs more than 0.0 (a window of none costs exactly 0.0)
 
 
 cdef inline void scan_windows(size_t total, size_t size, double* value, double* lane,
@@ -58,29 +63,30 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
     costs value and frees cover bytes. p_right - p_left is the running-sum cost of docs/core.md:
     both restart at a wall only, so they are the reference's sums bit for bit. With a planner,
     flags are kinds (K_*), the movers' costs are in lane (and 0.0 in value) and sum apart, in
-    q_right - q_left, the window's forced movers, movers and free entries are counted, and each
-    window goes to planner.visit; with a Best (lane unused), it keeps the cheapest window
-    (ties: the first)."""
+    q_right - q_left, the window's forced movers, movers, free and costly entries are counted,
+    and each window goes to planner.visit; with a Ranked (the first pass, lane unused), it
+    keeps the window of least bound and the least bounds before and after it; with a Best
+    (lane unused), the cheapest window (ties: the first)."""
     cdef size_t j, lo = 0, covered = 0
     cdef double cost, lb, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
-    cdef int forced = 0, movers = 0, free = 0
+    cdef int forced = 0, movers = 0, free = 0, costly = 0
     cdef unsigned char f
     if Visitor is BestAt:
         out.found = False
         out.cost = INFINITY
         out.sum = 0.0
     if Visitor is RankedAt:
-        out.best.found = False
-        out.best.cost = INFINITY
-        out.best.sum = 0.0
-        out.second = INFINITY
+        out.found = False
+        out.least = INFINITY
+        out.before = INFINITY
+        out.after = INFINITY
         out.unsure = False
     for j in range(total):
         f = flags[j]
         if not (f & keep):
             p_left = p_right = q_left = q_right = 0.0
             covered = 0
-            forced = movers = free = 0
+            forced = movers = free = costly = 0
             lo = j + 1
             continue
         if Visitor is MovePlanner:
@@ -91,22 +97,26 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
             movers += (f & K_MOVER) != 0
             forced += (f & K_FORCED) != 0
             free += (f & K_FREE) != 0
+            costly += (f & K_COSTLY) != 0
         elif Visitor is RankedAt:
             p_right = p_right + value[j]
             forced += (f & K_FORCED) != 0
             free += (f & K_FREE) != 0
+            costly += (f & K_COSTLY) != 0
         else:
             p_right = p_right + value[j]
         covered += cover[j]
         while covered >= size:
             if Visitor is MovePlanner:
-                out.visit(lo, p_left, p_right, q_left, q_right, forced, movers, free)
+                out.visit(lo, p_left, p_right, q_left, q_right, forced, movers, free,
+                          costly == 0)
                 f = flags[lo]
                 p_left = p_left + value[lo]
                 q_left = q_left + lane[lo]
                 movers -= (f & K_MOVER) != 0
                 forced -= (f & K_FORCED) != 0
                 free -= (f & K_FREE) != 0
+                costly -= (f & K_COSTLY) != 0
             elif Visitor is BestAt:
                 cost = p_right - p_left
                 # the first window counts even when its cost is not a number (costs so large
@@ -124,20 +134,23 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                 # plan (the full pass drops it too): it neither is the best nor bounds others
                 if forced <= out.bins - free:
                     cost = p_right - p_left
-                    lb = cost - p_right * 1e-10     # below the exact sum (MovePlanner.visit)
-                    if cost < out.best.cost or not out.best.found:
-                        if out.best.found and out.best.cost - out.best.sum * 1e-10 < out.second:
-                            out.second = out.best.cost - out.best.sum * 1e-10
-                        out.best.found = True
-                        out.best.cost = cost
-                        out.best.lo = lo
-                        out.best.end = j + 1
-                        out.best.sum = p_right
-                    elif lb < out.second:
-                        out.second = lb
                     out.unsure = out.unsure or cost != cost
+                    # below the exact sum (MovePlanner.visit); exactly 0.0 without a costly entry
+                    lb = cost - p_right * 1e-10 if costly else 0.0
+                    if lb < out.least or not out.found:
+                        # every window seen so far starts before this one
+                        if out.found:
+                            out.before = min(out.before, min(out.after, out.least))
+                        out.after = INFINITY
+                        out.found = True
+                        out.least = lb
+                        out.lo = lo
+                        out.end = j + 1
+                    elif lb < out.after:
+                        out.after = lb
                 forced -= (f & K_FORCED) != 0
                 free -= (f & K_FREE) != 0
+                costly -= (f & K_COSTLY) != 0
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1

@@ -217,7 +217,7 @@ cdef class MovePlanner:
     cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
-                    double q_right, int forced, int movers, int free) noexcept
+                    double q_right, int forced, int movers, int free, bint costless) noexcept
     cdef size_t fill(self, double now, double rate) noexcept
     cdef void full(self, size_t total) noexcept
     cdef void best_first(self, size_t total) noexcept

@@ -52,16 +52,18 @@ cdef class MovePlanner:
         sort(self.bins.begin(), self.bins.end())   # largest first, then lowest address
         self.size = size
         self.rate = rate
-        # first pass: the window of least bound; when its plan costs less than every other
-        # window's bound, it is the choice (docs/core.md, "Moving": a search that stays cheap)
+        # first pass: the window of least bound; when no other window can beat its plan (those
+        # that start before it: nor tie it, a tie going to the lowest start), it is the choice
+        # (docs/core.md, "Moving": a search that stays cheap)
         cdef Ranked first
         first.bins = <int>self.bins.size()
         scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
         self.best_end = 0
         self.best_moved.clear()
-        if first.best.found and not first.unsure:
-            self.evaluate(first.best.lo)
-        if self.best_end == 0 or not (first.second > self.best_cost):
+        if first.found and not first.unsure:
+            self.evaluate(first.lo)
+        if self.best_end == 0 or not (first.before > self.best_cost
+                                      and first.after >= self.best_cost):
             self.full(total)
         if self.best_end == 0:
             return
@@ -124,7 +126,8 @@ cdef class MovePlanner:
                 hb = hb ^ ((hb ^ mb) & (<uint64_t>0 - <uint64_t>mover))
                 memcpy(&vs[base + k], &hb, sizeof(double))
                 ks[base + k] = ((free | cand | movable) * K_KEEP | mover * K_MOVER
-                                | (mover & (cand ^ 1)) * K_FORCED | free * K_FREE)
+                                | (mover & (cand ^ 1)) * K_FORCED | free * K_FREE
+                                | (hb != 0) * K_COSTLY)
             memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
             memcpy(&scan.flags[base], run.flags, run.count)
             memcpy(&scan.piece[base], run.piece, run.count * sizeof(int))
@@ -158,11 +161,11 @@ cdef class MovePlanner:
         self.best_first(total)
 
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
-                    double q_right, int forced, int movers, int free) noexcept:
-        """The smallest window from lo (its forced movers, movers and free entries counted):
-        its bound, for best_first; NaN (never evaluated) when its forced movers outnumber the
-        free pieces outside it, or when its bound is above the cost of a window seen that
-        moves nothing (ub)."""
+                    double q_right, int forced, int movers, int free, bint costless) noexcept:
+        """The smallest window from lo (its forced movers, movers and free entries counted;
+        costless: no entry's v is above 0.0): its bound, for best_first; NaN (never evaluated)
+        when its forced movers outnumber the free pieces outside it, or when its bound is above
+        the cost of a window seen that moves nothing (ub)."""
         cdef double* lbs = self.lbs.data()
         cdef double lb
         while self.next_lo < lo:           # starts without a window
@@ -172,7 +175,14 @@ cdef class MovePlanner:
         # below the exact sum of v: a difference of running sums may be off by a few of their
         # ulps (n additions err by at most n * 2^-53 of the sum), and so may a plan's sum
         lb = p_right - p_left - p_right * 1e-10
-        if movers:
+        if costless:
+            # every entry's v is 0.0 (free, or a piece untouched for ever: a demoted one): a
+            # plan costs exactly 0.0, and the margins would hide the tie with the other such
+            # windows (ties go to the lowest start)
+            lb = 0.0
+            if not movers:
+                self.ub = 0.0
+        elif movers:
             lb = lb + (q_right - q_left - q_right * 1e-10)
         elif p_right - p_left + p_right * 1e-10 < self.ub:
             self.ub = p_right - p_left + p_right * 1e-10     # above this window's plan
@@ -189,8 +199,9 @@ cdef class MovePlanner:
     cdef void best_first(self, size_t total) noexcept:
         """The kept windows' plans, lowest bound first (then lowest start), until the next
         bound is above the best plan's cost: a window not evaluated costs at least its bound,
-        so none could beat or tie the best. The window of least bound goes first; then only
-        those whose bound is not above the best cost are ordered."""
+        so none could beat the best, nor tie it from a later start (ties go to the lowest). The
+        window of least bound goes first; then only those whose bound is not above the best
+        cost are ordered."""
         cdef double* lbs = self.lbs.data()
         cdef double lb
         cdef size_t lo
@@ -213,30 +224,40 @@ cdef class MovePlanner:
         while not self.heap.empty():
             lb = -self.heap.front().first
             lo = <size_t>(-self.heap.front().second)
-            if self.best_end != 0 and lb > self.best_cost:
+            # the rest cost at least lb, and those that start later lose a tie
+            if self.best_end != 0 and (lb > self.best_cost
+                                       or (lb == self.best_cost and lo > self.best_lo)):
                 break
             pop_heap(self.heap.begin(), self.heap.end())
             self.heap.pop_back()
-            if not (self.bound(lo, lb) > self.best_cost) or self.best_end == 0:
+            if self.best_end == 0:
+                self.evaluate(lo)
+                continue
+            lb = self.bound(lo, lb)
+            if lb < self.best_cost or (lb == self.best_cost and lo < self.best_lo):
                 self.evaluate(lo)
 
     cdef double bound(self, size_t lo, double lb) noexcept:
-        """A tighter bound of the window from lo (lb: its bound): its optional movers beyond
-        the free pieces outside it that its forced movers leave are evicted, at h - mv more
-        each, so the plan costs at least lb plus the smallest of those differences (+inf: its
-        forced movers have too few destinations)."""
+        """A tighter bound of the window from lo (lb: its bound), never below lb: its own sum
+        of v (not a difference of running sums, whose margin grows with the sums before it),
+        plus what its optional movers beyond the free pieces outside it that its forced movers
+        leave add: each is evicted, at h - mv more, so the plan costs at least that sum plus the
+        smallest of those differences (+inf: its forced movers have too few destinations)."""
         cdef double* hs = self.scan.h.data()
         cdef double* ms = self.scan.mv.data()
+        cdef double* vs = self.v.data()
+        cdef double* qs = self.q.data()
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* ks = self.kind.data()
         cdef size_t end = lo, covered = 0, extra, i
         cdef int forced = 0, free = 0, room
-        cdef double more = 0.0
+        cdef double more = 0.0, base = 0.0, tight
         cdef unsigned char k
         self.saving.clear()
         while covered < self.size:
             covered += ss[end]
             k = ks[end]
+            base = base + vs[end] + qs[end]     # v, in the full pass's two lanes (one is 0.0)
             if k & K_FORCED:
                 forced += 1
             elif k & K_MOVER:
@@ -246,14 +267,15 @@ cdef class MovePlanner:
         room = <int>self.bins.size() - free - forced
         if room < 0:
             return INFINITY
-        if self.saving.size() <= <size_t>room:
-            return lb
-        extra = self.saving.size() - <size_t>room
-        nth_element(self.saving.begin(), self.saving.begin() + extra, self.saving.end())
-        for i in range(extra):       # (a size_t: more than 255 pieces may be evicted)
-            more = more + self.saving[i]
-        # the sum's rounding (a few ulps) is far below this margin
-        return lb + more * (1.0 - 1e-10)
+        if self.saving.size() > <size_t>room:
+            extra = self.saving.size() - <size_t>room
+            nth_element(self.saving.begin(), self.saving.begin() + extra, self.saving.end())
+            for i in range(extra):       # (a size_t: more than 255 pieces may be evicted)
+                more = more + self.saving[i]
+        # below the plan's own sum: its rounding and these sums' (a few ulps each) are far below
+        # this margin
+        tight = (base + more) * (1.0 - 1e-10)
+        return tight if tight > lb else lb
 
     cdef void evaluate(self, size_t lo) noexcept:
         """The plan of the smallest window from lo that covers the request; the best so far
