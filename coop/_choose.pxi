@@ -164,12 +164,15 @@ cdef class Chooser:
         self.pieces = pieces
         self.storages = storages
         self.ideal = ideal
+        self.moves_if_blocked = False
         self.planner = MovePlanner(self)
 
     cdef void choose(self, size_t size, int policy, double now, double rate,
                      vector[int]& victims, MovePlan* plan) noexcept:
         """The policy's victims for a request of size (rounded), and its plan: with moving on
-        (rate finite), coop's window may move pieces too."""
+        (rate finite), coop's window may move pieces too, each piece leaving by the cheaper of
+        its eviction and its move; with moves_if_blocked, only when no window of free pieces
+        and candidates covers the request."""
         victims.clear()
         plan.moves.clear()
         plan.dst.clear()
@@ -182,6 +185,11 @@ cdef class Chooser:
             return
         if policy == P_COOP:
             if isfinite(rate) and not self.ideal:
+                if self.moves_if_blocked:
+                    total = self.fill(now, False)
+                    if self.evict_window(size, total, &lo, &end, &cost, &ignored):
+                        self.take_window(lo, end, cost, victims, plan)
+                        return
                 self.planner.choose(size, now, rate, victims, plan)
             else:
                 total = self.fill(now, False)

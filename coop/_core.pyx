@@ -669,6 +669,19 @@ cdef class Arena:
             raise ValueError(f"move_cost must be a number >= 0 (inf: never move), got {value!r}")
         self.move_rate = rate
 
+    @property
+    def moves_if_blocked(self):
+        """False (the default): every choice of coop's is the moving window, each piece
+        leaving by the cheaper of its eviction and its move. True: the evict-only window
+        chooses whenever one covers the request, and the moving window only where none does
+        (docs/core.md, "Moving"): a cheaper search, other choices. Only matters with a finite
+        move_cost."""
+        return self.chooser.moves_if_blocked
+
+    @moves_if_blocked.setter
+    def moves_if_blocked(self, flag):
+        self.chooser.moves_if_blocked = bool(flag)
+
     def set_movable(self, sid, flag):
         self.c_set_movable(self.storages.slot_of(sid), bool(flag))
 

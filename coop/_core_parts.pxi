@@ -170,6 +170,7 @@ cdef class Chooser:
     cdef PieceTable pieces
     cdef Storages storages
     cdef bint ideal                     # an ideal arena: no neighbors in memory (dte)
+    cdef bint moves_if_blocked          # coop moves only when no evict-only window exists
     cdef vector[double] h               # fill's scratch, an entry per piece in address order: h
     cdef vector[size_t] size            # ... its size
     cdef vector[unsigned char] flags    # ... its flags

@@ -88,6 +88,7 @@ class ReferenceArena:
         self._largest_ratio_sum = 0.0
         self._owner = None
         self.move_cost_per_byte = math.inf   # move_cost: inf, coop never moves
+        self.moves_if_blocked = False  # True: coop moves only when no evict-only window exists
         self._moves = 0
         self._bytes_moved = 0
         self._move_cost = 0.0
@@ -425,6 +426,10 @@ class ReferenceArena:
         if policy == "none":
             return []
         if policy == "coop" and math.isfinite(self.move_cost_per_byte):
+            if self.moves_if_blocked:
+                victims = self._window(size, now)
+                if self._plan is not None:
+                    return victims
             victims, self._plan_moves = self._moving_window(size, now)
             return victims
         if policy == "coop":

@@ -30,17 +30,17 @@ def _matching(sizes, bins):
     return all(place(i, set()) for i in range(len(sizes)))
 
 
-def brute_force_plan(arena, nbytes, now, offloads=None):
+def brute_force_plan(arena, nbytes, now, offloads=None, moves=True):
     """The least (cost, start offset, pieces) over every window and every way out of it of each
-    of its pieces (evict if a candidate, move if movable); moved pieces need distinct free
-    pieces outside the window. Costs are exact sums (math.fsum). Offloads count as a way out
-    always (offloads True), never (False) or as the arena says (None: with offload_last, only
-    when no plan exists without them)."""
+    of its pieces (evict if a candidate, move if movable and moves); moved pieces need distinct
+    free pieces outside the window. Costs are exact sums (math.fsum). Offloads count as a way
+    out always (offloads True), never (False) or as the arena says (None: with offload_last,
+    only when no plan exists without them)."""
     if offloads is None:
         if not arena.offload_last:
-            return brute_force_plan(arena, nbytes, now, True)
-        plan = brute_force_plan(arena, nbytes, now, False)
-        return plan if plan is not None else brute_force_plan(arena, nbytes, now, True)
+            return brute_force_plan(arena, nbytes, now, True, moves)
+        plan = brute_force_plan(arena, nbytes, now, False, moves)
+        return plan if plan is not None else brute_force_plan(arena, nbytes, now, True, moves)
     pieces = arena.pieces()
     size = max(-(-nbytes // arena.alignment) * arena.alignment, arena.alignment)
     rate = arena.move_cost
@@ -56,7 +56,7 @@ def brute_force_plan(arena, nbytes, now, offloads=None):
                 options.append(("evict", info["cprime"] / max(now - info["last_access"], 1.0)))
             if offloads and info["offload"] < math.inf:
                 options.append(("offload", info["offload"] / max(now - info["last_access"], 1.0)))
-            if info["movable"] and math.isfinite(rate):
+            if info["movable"] and math.isfinite(rate) and moves:
                 options.append(("move", nb * rate / max(now - info["last_access"], 1.0)))
         ways.append(options or None)
     best = None
@@ -77,15 +77,18 @@ def brute_force_plan(arena, nbytes, now, offloads=None):
     return best
 
 
-def random_layout(seed, rate, offload=False):
+def random_layout(seed, rate, offload=False, blocked=False):
     """The same small random arena in core and reference; every cost is dyadic. offload: a
-    third of the storages (unevictable ones too) may also leave by an offload."""
+    third of the storages (unevictable ones too) may also leave by an offload. blocked: the
+    arenas' moves_if_blocked (off, the default: every choice is the moving window, which the
+    brute force checks)."""
     rng = random.Random(seed)
     k = rng.randint(4, 12)
     now = 100
     arenas = [coop.Arena(64 * k), ReferenceArena(64 * k)]
     for arena in arenas:
         arena.move_cost = rate
+        arena.moves_if_blocked = blocked
         r = random.Random(seed)
         r.randint(4, 12)
         o = random.Random(seed + 1000)
@@ -160,6 +163,62 @@ def test_moving_window_is_the_brute_force_minimum(seed, rate, offload):
         check_plan(core, plan, nbytes, now, offloads=not core.offload_last or
                    brute_force_plan(reference, nbytes, now, False) is None)
         assert core.choose_victims(nbytes, "coop", now) == plan["victims"]
+
+
+def brute_force_choice(arena, nbytes, now, offloads):
+    """moves_if_blocked's choice (docs/core.md, "Moving"): the evict-only window when there is
+    one, else the moving window; each with offloads counted as offloads says."""
+    plan = brute_force_plan(arena, nbytes, now, offloads, moves=False)
+    return plan if plan is not None else brute_force_plan(arena, nbytes, now, offloads)
+
+
+@pytest.mark.parametrize("offload", [False, "last", "priced"])
+@pytest.mark.parametrize("rate", [0.0, 1 / 16])
+@pytest.mark.parametrize("seed", range(50))
+def test_moves_only_when_no_evict_only_window_exists(seed, rate, offload):
+    """moves_if_blocked: the choice is the evict-only window where one covers
+    the request and the moving window (the brute force's minimum) only where none does; with
+    offload_last, the whole rule runs without offloads first, then with them."""
+    (core, reference), now, rng = random_layout(seed, rate, offload, blocked=True)
+    assert core.moves_if_blocked and reference.moves_if_blocked
+    for _ in range(4):
+        nbytes = rng.randint(0, core.capacity // rng.choice([1, 2]))
+        if not core.offload_last:
+            expected = brute_force_choice(reference, nbytes, now, True)
+        else:
+            expected = brute_force_choice(reference, nbytes, now, False)
+            if expected is None:
+                expected = brute_force_choice(reference, nbytes, now, True)
+        plan = core.choose_plan(nbytes, "coop", now)
+        assert reference.choose_plan(nbytes, "coop", now) == plan
+        if expected is None:
+            assert plan["cost"] is None
+            continue
+        assert (plan["cost"], plan["start"], plan["pieces"]) == expected
+        evict_only = brute_force_plan(reference, nbytes, now, True if not core.offload_last
+                                      else None, moves=False)
+        if evict_only is not None and (not core.offload_last or
+                                       brute_force_plan(reference, nbytes, now, False,
+                                                        moves=False) is not None):
+            assert plan["moves"] == []
+
+
+def test_moves_if_blocked_changes_choices():
+    """The rule above is not vacuous: in the random layouts it chooses an evict-only window
+    where the moving window would have moved pieces, and it still moves pieces where no
+    evict-only window exists (counts over 200 seeds: 12 changed choices, 7 with moves)."""
+    differ = blocked_moves = 0
+    for seed in range(200):
+        (core, _), now, rng = random_layout(seed, 1 / 16, blocked=True)
+        for _ in range(4):
+            nbytes = rng.randint(0, core.capacity // rng.choice([1, 2]))
+            with_rule = core.choose_plan(nbytes, "coop", now)
+            core.moves_if_blocked = False
+            without = core.choose_plan(nbytes, "coop", now)
+            core.moves_if_blocked = True
+            differ += with_rule != without
+            blocked_moves += bool(with_rule["moves"])
+    assert differ >= 10 and blocked_moves >= 5
 
 
 def larger_layout(seed, rate):
@@ -288,6 +347,11 @@ def test_moving_is_chosen_by_cost_per_piece(Arena):
     storages(arena, [1, 8])
     build(arena, [(64, 0), (64, 1), (64, None), (64, "free"), (64, None), (64, "free")])
     arena.move_cost = 4 / 64          # moving a 64-byte piece costs 4
+    # moves_if_blocked: evictions alone make room (window {0, 1} costs 9), so nothing moves
+    arena.moves_if_blocked = True
+    assert arena.choose_plan(128, "coop", 0) == {
+        "victims": [0, 1], "moves": [], "cost": 9.0, "start": 0, "pieces": 2}
+    arena.moves_if_blocked = False    # the default: every choice weighs moves against evictions
     # window {0, 1}: evict 0 (h 1 < 4) and move 1 (4 < h 8) to the lowest 64 bytes outside
     assert arena.choose_plan(128, "coop", 0) == {
         "victims": [0], "moves": [(1, 192)], "cost": 5.0, "start": 0, "pieces": 2}

@@ -35,8 +35,12 @@ def wall_layout(policy):
     return e, arena, c
 
 
-def test_the_engine_moves_a_wall_repoints_it_and_charges_the_copy():
-    e, arena, c = wall_layout("coop")
+@pytest.mark.parametrize("policy", ["coop", "coop-move-if-blocked"])
+def test_the_engine_moves_a_wall_repoints_it_and_charges_the_copy(policy):
+    """No evict-only window covers 2 KiB (the constant is a wall): both moving policies move
+    it; coop-move-if-blocked's arena has the rule on, coop's off."""
+    e, arena, c = wall_layout(policy)
+    assert arena.moves_if_blocked == (policy == "coop-move-if-blocked")
     b = call(e, [], 2 * KIB)
     assert e.info(c)["offset"] == 2 * KIB and e.info(b)["offset"] == 0
     stats = e.stats()

@@ -20,6 +20,7 @@ EXPECTED = {
     "coop-loop": ("dtr", True, True, False, False),
     "dtr-ideal": ("dtr", False, False, True, False),
     "coop-no-move": ("coop", True, True, False, False),
+    "coop-move-if-blocked": ("coop", True, True, False, True),
     "coop-offload": ("coop", True, True, False, True),
     "capuchin": ("dtr", False, False, False, False),
 }
@@ -34,6 +35,7 @@ def test_the_table():
         assert get_policy(name) is p
         assert p.offload == (name in ("coop-offload", "capuchin"))
         assert p.offload_last == (name != "capuchin")
+        assert p.moves_if_blocked == (name == "coop-move-if-blocked")
         assert p.core_code == CORE_POLICIES.index(core)
 
 

@@ -332,6 +332,19 @@ def test_coop_replay_writes_one_timeline_per_policy(trace, tmp_path, capsys):
     assert f"timeline of dtr: {tmp_path / 'out-dtr.html'}" in capsys.readouterr().out
 
 
+def test_moving_only_when_blocked_evicts_what_coop_moves(move_trace):
+    """coop-move-if-blocked: evicting weights (c' 1e6) alone makes room for grow, so it evicts
+    weights where coop moves them (a copy of 10.24 ns); then it runs as coop-no-move does."""
+    runs = {p: R.replay(move_trace, budget=MOVE_BUDGET, policy=p, thrash=None)
+            for p in ("coop", "coop-move-if-blocked", "coop-no-move")}
+    assert (runs["coop"]["window_moves"], runs["coop"]["evictions"]) == (1, 0)
+    blocked, no_move = runs["coop-move-if-blocked"], runs["coop-no-move"]
+    assert (blocked["window_moves"], blocked["evictions"]) == (0, 1)
+    for key in ("evictions", "recomputes", "cost_total", "peak_used_bytes", "status"):
+        assert blocked[key] == no_move[key], key
+    assert blocked["cost_total"] > runs["coop"]["cost_total"] + 1e5
+
+
 def test_coop_replay_draws_a_moving_policy(move_trace, tmp_path):
     out = tmp_path / "out.html"
     assert coop_main(["replay", str(move_trace), "--budget", "3.5KiB", "--policy",

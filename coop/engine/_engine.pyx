@@ -167,6 +167,7 @@ cdef class Engine(_InPlace):
         if record.move and executor.can_move and not arena.ideal:
             self.move_rate = self.copy_cost
         arena.move_cost = self.move_rate
+        arena.moves_if_blocked = record.moves_if_blocked
         self._tier(record, host_budget, link, lookahead)
         arena.attach(self)
         executor.engine = self

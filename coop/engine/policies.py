@@ -30,6 +30,9 @@ class Policy:
     host link's cost, where the executor can copy to the host (docs/core.md, "The host tier");
     offload_last: offloads wait until no other way out exists (then the tier opens for good);
     off: every choice counts them from the start;
+    moves_if_blocked: with move, pieces move only when evictions alone cannot make room (no
+    window of free pieces and candidates covers the request); off: every choice weighs each
+    piece's move against its eviction (docs/core.md, "Moving");
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
     of ``core`` in ``coop._core.POLICIES``), for Cython owners.
     """
@@ -42,6 +45,7 @@ class Policy:
     move: bool = False
     offload: bool = False
     offload_last: bool = True
+    moves_if_blocked: bool = False
     core_code: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -54,7 +58,8 @@ class Policy:
 #: runtime policy name -> Policy
 POLICIES = {p.name: p for p in (
     # coop's window moves pieces out of the way when that is cheaper than evicting them
-    # (docs/core.md, Moving); coop-no-move only evicts, as the paper's window did
+    # (docs/core.md, Moving); coop-no-move only evicts, as the paper's window did;
+    # coop-move-if-blocked moves only where no evict-only window makes room
     Policy("coop", "coop", partition=True, inplace=True, move=True),
     # DTR's baselines mutate as DTR's simulator did: each mutation makes a new version
     Policy("dtr", "dtr", partition=False, inplace=False),
@@ -68,6 +73,8 @@ POLICIES = {p.name: p for p in (
     # DTR with memory as a plain sum of sizes: needs an ideal arena (SimBackend(ideal=True))
     Policy("dtr-ideal", "dtr", partition=False, inplace=False, ideal=True),
     Policy("coop-no-move", "coop", partition=True, inplace=True),
+    Policy("coop-move-if-blocked", "coop", partition=True, inplace=True, move=True,
+           moves_if_blocked=True),
     # coop with the host tier: a piece leaves its window by eviction, a move or an offload,
     # whichever costs least (opt-in: the tier needs host memory and a link to it)
     Policy("coop-offload", "coop", partition=True, inplace=True, move=True, offload=True),
