@@ -6,7 +6,9 @@ a. allocate/free pairs per second on a mixed sequence: sizes from 64 B to 4 MiB 
 b. one `coop` window search (`choose_plan(n, "coop", now)`) on a fragmented arena of N
    evictable storages (chained neighbours, random costs and access times, 1% of the pieces
    freed as holes) for a request of eight of the largest pieces: it should grow linearly in N;
-   again with moving on (a finite move cost, 1% of the pieces unevictable but movable);
+   again with moving on (a finite move cost, 1% of the pieces unevictable but movable), and
+   with moving on under moves_if_blocked (policy coop-move-if-blocked's rule: here an
+   evict-only window exists, so the moving window never runs);
 c. one `allocate_or_evict` of a large request (5% of the arena) on an arena full of small,
    scattered victims, under `coop` (one window) and `dtr` (one storage per search, until a
    contiguous range appears); the arena is rebuilt before each repeat.
@@ -120,12 +122,14 @@ MOVE_COST = 1.5e-3
 WALLS = 0.01
 
 
-def search_time(arena_type, n, repeat, seed, moving=False):
+def search_time(arena_type, n, repeat, seed, moving=False, blocked=False):
     """Median microseconds of one coop window search on an n-piece fragmented arena; moving:
-    with a finite move cost and 1% of the pieces unevictable but movable (constants)."""
+    with a finite move cost and 1% of the pieces unevictable but movable (constants);
+    blocked: with moves_if_blocked too."""
     arena, offsets, now = fragmented_arena(arena_type, n, 64, 4096, max(n // 100, 1), seed)
     if moving:
         arena.move_cost = MOVE_COST
+        arena.moves_if_blocked = blocked
         rng = np.random.default_rng(seed + 1)
         for sid in rng.choice(sorted(offsets), max(int(WALLS * len(offsets)), 1), replace=False):
             arena.set_evictable(int(sid), False)
@@ -158,7 +162,8 @@ def median_dict(rows):
 
 def plot_search(sizes, results, path):
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for name, marker in (("coop.Arena", "o"), ("moving", "^"), ("ReferenceArena", "s")):
+    for name, marker in (("coop.Arena", "o"), ("moving", "^"), ("if blocked", "v"),
+                         ("ReferenceArena", "s")):
         points = [(n, results[n][name]) for n in sizes if results[n].get(name) is not None]
         if points:
             ax.loglog(*zip(*points), marker=marker, label=name)
@@ -211,17 +216,21 @@ def main(argv=None):
     results = {}
     for n in tqdm(sizes, desc="b. window search", leave=False):
         results[n] = {"coop.Arena": search_time(coop.Arena, n, args.repeat, args.seed),
-                      "moving": search_time(coop.Arena, n, args.repeat, args.seed, True)}
+                      "moving": search_time(coop.Arena, n, args.repeat, args.seed, True),
+                      "if blocked": search_time(coop.Arena, n, args.repeat, args.seed, True,
+                                                True)}
         results[n]["ReferenceArena"] = (search_time(Reference, n, args.repeat, args.seed)
                                         if n <= args.ref_max_n else None)
     print("b. coop window search, microseconds per choose_plan (median); moving: move cost "
-          f"{MOVE_COST:g} per byte, {WALLS:.0%} of the pieces movable walls")
-    print(f"   {'N':>8}{'coop.Arena':>14}{'us/piece':>10}{'moving':>10}{'ReferenceArena':>16}"
-          f"{'ratio':>9}")
+          f"{MOVE_COST:g} per byte, {WALLS:.0%} of the pieces movable walls; if blocked: the "
+          "same with moves_if_blocked")
+    print(f"   {'N':>8}{'coop.Arena':>14}{'us/piece':>10}{'moving':>10}{'if blocked':>12}"
+          f"{'ReferenceArena':>16}{'ratio':>9}")
     for n in sizes:
         fast, slow = results[n]["coop.Arena"], results[n]["ReferenceArena"]
         slow_text = f"{slow:>16.1f}{slow / fast:>8.0f}x" if slow else f"{'(skipped)':>16}{'':>9}"
-        print(f"   {n:>8}{fast:>14.2f}{fast / n:>10.4f}{results[n]['moving']:>10.2f}{slow_text}")
+        print(f"   {n:>8}{fast:>14.2f}{fast / n:>10.4f}{results[n]['moving']:>10.2f}"
+              f"{results[n]['if blocked']:>12.2f}{slow_text}")
     for key in ("coop.Arena", "moving"):
         slope = np.polyfit(np.log(sizes), np.log([results[n][key] for n in sizes]), 1)[0]
         verdict = "linear" if slope < 1.25 else "SUPERLINEAR: the scan should be O(N)"
