@@ -175,6 +175,14 @@ class ArenaComparison(RuleBasedStateMachine):
         self.ref.move_cost = rate
         assert self.core.move_cost == self.ref.move_cost == rate
 
+    @rule(flag=st.booleans())
+    def moves_if_blocked(self, flag):
+        """coop's window moves pieces only where no evict-only window exists (True), or
+        weighs moves against evictions in every choice (False, the default)."""
+        self.core.moves_if_blocked = self.ref.moves_if_blocked = flag
+        assert self.core.moves_if_blocked == self.ref.moves_if_blocked == flag
+        event(f"moves_if_blocked {flag}")
+
     @rule(data=st.data())
     def choose_plan(self, data):
         args = (self.request(data), "dtr" if self.IDEAL else "coop", self.now(data))
