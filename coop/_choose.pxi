@@ -181,20 +181,19 @@ cdef class Chooser:
         plan.pieces = 0
         cdef size_t total, lo, end
         cdef double cost, ignored
+        cdef bint moving = isfinite(rate) and not self.ideal
         if policy == P_NONE:
             return
         if policy == P_COOP:
-            if isfinite(rate) and not self.ideal:
-                if self.moves_if_blocked:
-                    total = self.fill(now, False)
-                    if self.evict_window(size, total, &lo, &end, &cost, &ignored):
-                        self.take_window(lo, end, cost, victims, plan)
-                        return
-                self.planner.choose(size, now, rate, victims, plan)
-            else:
+            # the evict-only window: the choice without moves, and with moves_if_blocked
+            # wherever it exists; else the moving window
+            if not moving or self.moves_if_blocked:
                 total = self.fill(now, False)
                 if self.evict_window(size, total, &lo, &end, &cost, &ignored):
                     self.take_window(lo, end, cost, victims, plan)
+                    return
+            if moving:
+                self.planner.choose(size, now, rate, victims, plan)
             return
         self.choose_one(size, policy, now, victims)
 

@@ -165,41 +165,41 @@ def test_moving_window_is_the_brute_force_minimum(seed, rate, offload):
         assert core.choose_victims(nbytes, "coop", now) == plan["victims"]
 
 
-def brute_force_choice(arena, nbytes, now, offloads):
-    """moves_if_blocked's choice (docs/core.md, "Moving"): the evict-only window when there is
-    one, else the moving window; each with offloads counted as offloads says."""
+def brute_force_choice(arena, nbytes, now, offloads=None):
+    """moves_if_blocked's choice (docs/core.md, "Moving") as (plan, evict_only): the evict-only
+    window when there is one (evict_only True), else the moving window; offloads as in
+    brute_force_plan (None: with offload_last, the whole rule without offloads first)."""
+    if offloads is None:
+        if not arena.offload_last:
+            return brute_force_choice(arena, nbytes, now, True)
+        plan, evict_only = brute_force_choice(arena, nbytes, now, False)
+        return (plan, evict_only) if plan is not None else \
+            brute_force_choice(arena, nbytes, now, True)
     plan = brute_force_plan(arena, nbytes, now, offloads, moves=False)
-    return plan if plan is not None else brute_force_plan(arena, nbytes, now, offloads)
+    if plan is not None:
+        return plan, True
+    return brute_force_plan(arena, nbytes, now, offloads), False
 
 
 @pytest.mark.parametrize("offload", [False, "last", "priced"])
 @pytest.mark.parametrize("rate", [0.0, 1 / 16])
 @pytest.mark.parametrize("seed", range(50))
 def test_moves_only_when_no_evict_only_window_exists(seed, rate, offload):
-    """moves_if_blocked: the choice is the evict-only window where one covers
-    the request and the moving window (the brute force's minimum) only where none does; with
-    offload_last, the whole rule runs without offloads first, then with them."""
+    """moves_if_blocked: the choice is the evict-only window where one covers the request
+    (and then nothing moves) and the moving window (the brute force's minimum) only where none
+    does; with offload_last, the whole rule runs without offloads first, then with them."""
     (core, reference), now, rng = random_layout(seed, rate, offload, blocked=True)
     assert core.moves_if_blocked and reference.moves_if_blocked
     for _ in range(4):
         nbytes = rng.randint(0, core.capacity // rng.choice([1, 2]))
-        if not core.offload_last:
-            expected = brute_force_choice(reference, nbytes, now, True)
-        else:
-            expected = brute_force_choice(reference, nbytes, now, False)
-            if expected is None:
-                expected = brute_force_choice(reference, nbytes, now, True)
+        expected, evict_only = brute_force_choice(reference, nbytes, now)
         plan = core.choose_plan(nbytes, "coop", now)
         assert reference.choose_plan(nbytes, "coop", now) == plan
         if expected is None:
             assert plan["cost"] is None
             continue
         assert (plan["cost"], plan["start"], plan["pieces"]) == expected
-        evict_only = brute_force_plan(reference, nbytes, now, True if not core.offload_last
-                                      else None, moves=False)
-        if evict_only is not None and (not core.offload_last or
-                                       brute_force_plan(reference, nbytes, now, False,
-                                                        moves=False) is not None):
+        if evict_only:
             assert plan["moves"] == []
 
 
