@@ -86,6 +86,8 @@ cdef class Arena:
     cdef int c_slide(self, int slot, size_t dst) except -1
     cdef Py_ssize_t c_compact(self, size_t size, double now, Evictor evictor) except -2
     cdef double c_cost(self, int slot) noexcept
+    cdef double c_last_access(self, int slot) noexcept
+    cdef bint c_searched(self) noexcept
     cdef int c_pins(self, int slot) noexcept
     cdef bint c_evictable(self, int slot) noexcept
     cdef int64_t c_sid(self, int slot) noexcept

@@ -478,6 +478,13 @@ cdef class Arena:
         """The storage's own cost."""
         return self.storages.at[slot].cost
 
+    cdef double c_last_access(self, int slot) noexcept:
+        return self.storages.at[slot].last_access
+
+    cdef bint c_searched(self) noexcept:
+        """Whether an eviction search has run: the arena has had to make room."""
+        return self.loop.counts.searches > 0
+
     cdef int c_pins(self, int slot) noexcept:
         return self.storages.at[slot].pins
 

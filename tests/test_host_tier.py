@@ -343,3 +343,34 @@ def test_a_live_run_prefetches_by_the_previous_steps_order():
     assert p["prefetches"] == 0 and s["prefetches"] > 0 and s["copy_hidden"] > 0
     assert s["fetches"] < p["fetches"] and s["copy_exposed"] < p["copy_exposed"]
     rt.arena.check()
+
+
+#: w (2048 bytes) is read by f; q needs room (the first eviction: f's output), r computes for
+#: 1e4 ns with the device-to-host engine idle, then k's 3072 bytes need w's range
+AHEAD = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 2048},
+    call("f", [0], 1, 2048),
+    call("p", [1], 2, 2048),
+    call("q", [2], 3, 1024),
+    call("r", [3], 4, 512),
+    {"op": "release", "id": 4},
+    call("k", [2, 3], 5, 3072),
+]
+
+
+def test_a_constant_is_copied_out_ahead_of_the_pressure(tmp_path):
+    """Once q has had to make room, w (the stalest constant) is copied out while r computes:
+    when k needs its range, w leaves with nothing left to copy, and only the other copies out
+    (2 computed values, 5,120 bytes, made when their room was needed) and w's copy back are
+    exposed. Without the tier the run fails."""
+    path = write(tmp_path / "ahead.jsonl", AHEAD)
+    assert R.replay(path, budget=6144, policy="coop", lookahead=0)["status"] == "oom"
+    r = R.replay(path, budget=6144, policy="coop-offload", lookahead=0, check=True)
+    assert r["status"] == "ok"
+    assert (r["copies_ahead"], r["offloads"], r["fetches"]) == (1, 3, 1)
+    assert (r["bytes_d2h"], r["bytes_h2d"], r["host_peak_bytes"]) == (7168, 2048, 7168)
+    assert r["copy_hidden"] == pytest.approx(2048 * D2H)
+    assert r["copy_exposed"] == pytest.approx(5120 * D2H + 2048 * H2D)
+    assert r["cost_total"] == pytest.approx(r["cost_first"] + 1e4 + r["copy_exposed"]
+                                            + r["move_cost"])

@@ -42,6 +42,7 @@ ROWS = [  # (label, key, format)
     ("constants placed", "constants_placed", "{:,}"),
     ("recomputes", "recomputes", "{:,}"),
     ("offloads to the host tier", "offloads", "{:,}"),
+    ("constants copied out ahead", "copies_ahead", "{:,}"),
     ("copies back on demand", "fetches", "{:,}"),
     ("  prefetched", "prefetches", "{:,}"),
     ("bytes to the host", "bytes_d2h", "{:,}"),

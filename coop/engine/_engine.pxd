@@ -76,6 +76,7 @@ cdef class _Records(_Clock):
     cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency
     cdef vector[unsigned char] on_host # its bytes are in the host tier (offloaded), not resident
     cdef vector[double] ready_at       # a prefetch's copy back completes then (the clock); 0: none
+    cdef vector[double] out_at         # a copy out ahead completes then (the clock); 0: none
     cdef vector[int] free_sids         # dead storage ids, reused first
     cdef Py_ssize_t n_alive            # live storage records
     # per op (ids are reused once a record dies; generation tells reuses apart)
@@ -152,6 +153,8 @@ cdef class _Tier(_Room):
     cdef vector[int] host_fifo         # storages put in the host tier, oldest first (may be stale)
     cdef size_t host_head              # host_fifo's first entry still to look at
     cdef readonly long long offloads, fetches, prefetches, host_drops, host_refusals
+    cdef readonly long long copies_ahead
+    cdef bint ahead_idle               # c_copy_ahead found nothing to copy (until a change)
     cdef readonly int64_t bytes_d2h, bytes_h2d
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
     cdef readonly double copy_hidden   # prefetched copy time that ran under compute
@@ -165,6 +168,7 @@ cdef class _Tier(_Room):
     cdef int c_fetch(self, int s) except -1
     cdef bint c_prefetch(self, int s) except -1
     cdef int c_await(self, int s) except -1
+    cdef int c_copy_ahead(self) except -1
     cdef int c_step_reads(self, vector[int]& inputs) except -1
     cdef int c_step_prefetch(self) except -1
     cdef int _placement_of_storage(self, int s) noexcept

@@ -38,6 +38,7 @@ cdef class _Records(_Clock):
         self.temp.push_back(0)
         self.on_host.push_back(0)
         self.ready_at.push_back(0.0)
+        self.out_at.push_back(0.0)
         return s
 
     cdef int _new_storage(self, int64_t size, int o, int index, double cost,

@@ -180,6 +180,8 @@ cdef class _Residency(_Tier):
         for s in self.op_out[o]:
             if s >= 0 and self.alive[s] and self.offset[s] >= 0:
                 self.arena.c_touch(self.slot[s], self.now)
+        if self.offloading:
+            self.c_copy_ahead()
         return 0
 
     cdef int c_access(self, int s) except -1:
@@ -215,6 +217,7 @@ cdef class _Residency(_Tier):
         self._collect()
         self._reregister(s, 0.0, none, False, settle)
         self.const_bytes += self.arena.request_size(self.size[s])
+        self.ahead_idle = False         # a new constant: one more to copy out ahead
         return 0
 
     cdef int _reregister(self, int s, double cost, vector[int]& neighbors, bint evictable,

@@ -11,8 +11,9 @@ cdef class _Tier(_Room):
 
     The link is modelled with one copy engine per direction: a copy starts when its engine is
     free, and the clock waits for what it cannot hide (copy_exposed, charged as executed cost):
-    all of a copy out (the range it frees is reused at once) and of a copy back on demand; of a
-    prefetched copy back only what is left of it when its reader starts (c_await).
+    all of a copy out made when the room is needed (the range it frees is reused at once) and
+    of a copy back on demand; of a copy out ahead (c_copy_ahead) or a prefetched copy back only
+    what is left of it when its range is freed or its reader starts (c_await).
 
     A storage brought back keeps its host copy (on_host 2: cached) until its bytes change (an
     in-place op mutates it: c_prepare_inplace) or the tier needs the room: leaving again then
@@ -58,7 +59,12 @@ cdef class _Tier(_Room):
         if self.offset[s] < 0 or self.held[s]:
             return 0
         if self.on_host[s] == 2:
-            # its host copy holds its bytes: the piece is freed, nothing is copied
+            # its host copy holds its bytes: the piece is freed, nothing is copied (the clock
+            # waits for what is left of a copy out ahead)
+            if self.out_at[s] > self.now:
+                self.copy_hidden -= self.out_at[s] - self.now
+                self._wait(self.out_at[s])
+            self.out_at[s] = 0.0
             return self._leave(s)
         if not self._host_room(need, self.producer[s] < 0):
             if self.producer[s] >= 0:
@@ -156,6 +162,8 @@ cdef class _Tier(_Room):
         if self.on_host[s]:
             cached = self.on_host[s] == 2
             self.on_host[s] = 0
+            self.out_at[s] = 0.0
+            self.ahead_idle = False
             self.host_bytes -= self.arena.request_size(self.size[s])
             self.executor.forget_host(s)
             if cached and self.alive[s]:
@@ -200,6 +208,46 @@ cdef class _Tier(_Room):
                 self._charge_copy(wait)
         return 0
 
+    cdef int c_copy_ahead(self) except -1:
+        """Copies out ahead of the pressure: once the arena has had to make room, while the
+        device-to-host engine is idle, the stalest resident constant without a host copy is
+        copied out in the background (it stays resident, its host copy cached), into room the
+        host tier has free (nothing is dropped for it). When the window later offloads it,
+        nothing is copied: the clock waits only for what is left of that copy."""
+        cdef int s, best = -1
+        cdef double last, best_last = INFINITY
+        cdef int64_t need
+        if self.ahead_idle or self.d2h_free_at > self.now \
+                or not self.arena.c_searched():
+            return 0
+        for s in range(<int>self.alive.size()):
+            if self.alive[s] and self.producer[s] < 0 and self.offset[s] >= 0 \
+                    and not self.on_host[s] and not self.held[s] and self.slot[s] >= 0:
+                last = self.arena.c_last_access(self.slot[s])
+                if last < best_last or best < 0:
+                    best, best_last = s, last
+        if best < 0:
+            self.ahead_idle = True
+            return 0
+        s = best
+        need = self.arena.request_size(self.size[s])
+        if self.host_budget >= 0 and self.host_bytes + need > self.host_budget:
+            self.ahead_idle = True
+            return 0
+        if not self.executor.offload(s):
+            self.ahead_idle = True
+            return 0
+        self.host_bytes += need
+        if self.host_bytes > self.host_peak:
+            self.host_peak = self.host_bytes
+        self.host_fifo.push_back(s)
+        self.bytes_d2h += self.size[s]
+        self.on_host[s] = 2
+        self.out_at[s] = self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate)
+        self.copy_hidden += <double>self.size[s] * self.d2h_rate
+        self.copies_ahead += 1
+        return self._offer(s)
+
     cdef int c_step_reads(self, vector[int]& inputs) except -1:
         """A live run's op starts (step_prefetch): the constants among its inputs join this
         step's order of reads."""
@@ -231,7 +279,8 @@ cdef class _Tier(_Room):
 
     def tier_counters(self):
         """The host tier's counters (Runtime.stats, replays, coop bench)."""
-        return {"offloads": self.offloads, "fetches": self.fetches,
+        return {"offloads": self.offloads, "copies_ahead": self.copies_ahead,
+                "fetches": self.fetches,
                 "prefetches": self.prefetches, "bytes_d2h": self.bytes_d2h,
                 "bytes_h2d": self.bytes_h2d, "copy_exposed": self.copy_exposed,
                 "copy_hidden": self.copy_hidden, "host_bytes": self.host_bytes,
