@@ -174,6 +174,8 @@ cdef class ArrayExecutor(Executor):
         self.can_slide = backend.can_slide
         # the host tier: the backend copies arrays to host memory outside the arena and back
         self.can_offload = backend.can_offload
+        # copies out ahead: the backend's to_host leaves the array's later work unordered
+        self.can_copy_ahead = backend.can_offload and backend.can_copy_ahead
         self.host = []
 
     def constant(self, runtime, data, dtype):

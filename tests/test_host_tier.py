@@ -341,6 +341,8 @@ def test_a_live_run_prefetches_by_the_previous_steps_order():
         np.testing.assert_array_equal(a, b)
     s, p = rt.stats(), plain.stats()
     assert p["prefetches"] == 0 and s["prefetches"] > 0 and s["copy_hidden"] > 0
+    # the NumPy backend copies constants out ahead (its to_host is done when it returns)
+    assert p["copies_ahead"] > 0 and s["copies_ahead"] > 0
     assert s["fetches"] < p["fetches"] and s["copy_exposed"] < p["copy_exposed"]
     rt.arena.check()
 
@@ -374,3 +376,14 @@ def test_a_constant_is_copied_out_ahead_of_the_pressure(tmp_path):
     assert r["copy_exposed"] == pytest.approx(5120 * D2H + 2048 * H2D)
     assert r["cost_total"] == pytest.approx(r["cost_first"] + 1e4 + r["copy_exposed"]
                                             + r["move_cost"])
+
+
+def test_cupys_backend_makes_no_copies_ahead():
+    """CuPy's to_host orders the compute stream after its copy (a piece freed right after it
+    is safe): a copy ahead would hold up the compute, so its backend offers none; the NumPy
+    backend's copy is done when to_host returns."""
+    cupy_backend = pytest.importorskip("coop.backends.cupy")
+    assert cupy_backend._BoundPool.can_copy_ahead is False
+    assert cupy_backend._BoundPool.can_offload is True
+    from coop.backends.base import Backend
+    assert Backend.can_copy_ahead.fget(None) is False

@@ -230,6 +230,11 @@ cdef class HostBackend:
     def can_offload(self):
         return True
 
+    @property
+    def can_copy_ahead(self):
+        # to_host's copy is done when it returns: the array may stay in use
+        return True
+
     def to_host(self, array):
         """The host tier's copy of C-contiguous array: its bytes copied into memory outside
         the arena (a bytearray, which NumPy's memory handler never sees), as an array of its

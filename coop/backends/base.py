@@ -98,6 +98,12 @@ class Backend(abc.ABC):
         arena and back (the host tier of an offloading policy)."""
         return False
 
+    @property
+    def can_copy_ahead(self):
+        """Whether to_host may copy an array that stays in use (the host tier's copies out
+        ahead of the pressure) without holding up the work after it."""
+        return False
+
     def to_host(self, array):
         """A copy of C-contiguous array's bytes in host memory outside the arena (a handle
         with shape, dtype and nbytes); array may be freed as soon as this returns."""

@@ -561,6 +561,9 @@ class _BoundPool(Backend):
     #: the host tier: to_host, from_host and free_host copy through pinned host memory on a
     #: copy stream (an offloading policy's offloads; not yet run on a GPU)
     can_offload = True
+    #: no copies out ahead: to_host makes the current stream wait for its copy (so a piece
+    #: freed right after it is safe), which would hold up the compute after a copy ahead
+    can_copy_ahead = False
 
     def __init__(self, pool, device_id):
         self._pool = weakref.ref(pool)

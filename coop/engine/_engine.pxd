@@ -22,6 +22,7 @@ cdef class Executor:
     cdef public bint can_move      # relocate moves memory: coop's window may move storages
     cdef public bint can_slide     # slide moves memory in place: making room may compact a window
     cdef public bint can_offload   # offload, fetch and forget_host copy bytes to and from host memory
+    cdef public bint can_copy_ahead  # offload may copy a storage that stays in use (copies ahead)
     cpdef int run(self, int op) except -1
     cpdef bint drop(self, int storage) except -1
     cpdef int forget(self, int storage) except -1

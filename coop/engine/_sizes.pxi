@@ -10,6 +10,7 @@ cdef class SizeExecutor(Executor):
         self.can_move = True       # no bytes to copy: a move is the arena's bookkeeping
         self.can_slide = True
         self.can_offload = True    # ... and so is an offload: the host tier counts bytes
+        self.can_copy_ahead = True
 
     cpdef bint offload(self, int s) except -1:
         return True

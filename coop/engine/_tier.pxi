@@ -213,11 +213,13 @@ cdef class _Tier(_Room):
         device-to-host engine is idle, the stalest resident constant without a host copy is
         copied out in the background (it stays resident, its host copy cached), into room the
         host tier has free (nothing is dropped for it). When the window later offloads it,
-        nothing is copied: the clock waits only for what is left of that copy."""
+        nothing is copied: the clock waits only for what is left of that copy. Only where the
+        executor can copy an array that stays in use (can_copy_ahead: replays and the NumPy
+        backend, not CuPy's, whose copies hold up the compute stream after them)."""
         cdef int s, best = -1
         cdef double last, best_last = INFINITY
         cdef int64_t need
-        if self.ahead_idle or self.d2h_free_at > self.now \
+        if self.ahead_idle or not self.executor.can_copy_ahead or self.d2h_free_at > self.now \
                 or not self.arena.c_searched():
             return 0
         for s in range(<int>self.alive.size()):
