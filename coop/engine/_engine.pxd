@@ -156,6 +156,8 @@ cdef class _Tier(_Room):
     cdef readonly long long offloads, fetches, prefetches, host_drops, host_refusals
     cdef readonly long long copies_ahead
     cdef bint ahead_idle               # c_copy_ahead found nothing to copy (until a change)
+    cdef vector[int] ahead_pool        # constants c_copy_ahead looks at (the dead dropped lazily)
+    cdef vector[unsigned char] pooled  # ... a storage id's entry is in it
     cdef readonly int64_t bytes_d2h, bytes_h2d
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
     cdef readonly double copy_hidden   # prefetched copy time that ran under compute
@@ -170,6 +172,7 @@ cdef class _Tier(_Room):
     cdef bint c_prefetch(self, int s) except -1
     cdef int c_await(self, int s) except -1
     cdef int c_copy_ahead(self) except -1
+    cdef void _pool_constant(self, int s) noexcept
     cdef int c_step_reads(self, vector[int]& inputs) except -1
     cdef int c_step_prefetch(self) except -1
     cdef int _placement_of_storage(self, int s) noexcept

@@ -19,7 +19,7 @@ cdef class _FirstRun(_Residency):
             self._die(s)
             raise
         self.const_bytes += self.arena.request_size(size)
-        self.ahead_idle = False         # a new constant: one more to copy out ahead
+        self._pool_constant(s)
         return s
 
     cdef int c_begin(self, vector[int]& inputs, int placement, int tag) except -1:

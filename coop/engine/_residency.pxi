@@ -217,7 +217,7 @@ cdef class _Residency(_Tier):
         self._collect()
         self._reregister(s, 0.0, none, False, settle)
         self.const_bytes += self.arena.request_size(self.size[s])
-        self.ahead_idle = False         # a new constant: one more to copy out ahead
+        self._pool_constant(s)
         return 0
 
     cdef int _reregister(self, int s, double cost, vector[int]& neighbors, bint evictable,

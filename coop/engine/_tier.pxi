@@ -208,6 +208,15 @@ cdef class _Tier(_Room):
                 self._charge_copy(wait)
         return 0
 
+    cdef void _pool_constant(self, int s) noexcept:
+        """s became a constant: one more for c_copy_ahead to look at (once per id)."""
+        self.ahead_idle = False
+        if self.pooled.size() <= <size_t>s:
+            self.pooled.resize(s + 1, 0)
+        if not self.pooled[s]:
+            self.pooled[s] = 1
+            self.ahead_pool.push_back(s)
+
     cdef int c_copy_ahead(self) except -1:
         """Copies out ahead of the pressure: once the arena has had to make room, while the
         device-to-host engine is idle, the stalest resident constant without a host copy is
@@ -217,17 +226,26 @@ cdef class _Tier(_Room):
         executor can copy an array that stays in use (can_copy_ahead: replays and the NumPy
         backend, not CuPy's, whose copies hold up the compute stream after them)."""
         cdef int s, best = -1
+        cdef size_t k, kept = 0
         cdef double last, best_last = INFINITY
         cdef int64_t need
         if self.ahead_idle or not self.executor.can_copy_ahead or self.d2h_free_at > self.now \
                 or not self.arena.c_searched():
             return 0
-        for s in range(<int>self.alive.size()):
-            if self.alive[s] and self.producer[s] < 0 and self.offset[s] >= 0 \
-                    and not self.on_host[s] and not self.held[s] and self.slot[s] >= 0:
+        for k in range(self.ahead_pool.size()):
+            s = self.ahead_pool[k]
+            if not (self.alive[s] and self.producer[s] < 0):
+                self.pooled[s] = 0      # dead, or its id reused by a computed storage
+                continue
+            self.ahead_pool[kept] = s
+            kept += 1
+            if self.offset[s] >= 0 and not self.on_host[s] and not self.held[s] \
+                    and self.slot[s] >= 0:
                 last = self.arena.c_last_access(self.slot[s])
-                if last < best_last or best < 0:
+                # the stalest; ties: the lowest id
+                if best < 0 or last < best_last or (last == best_last and s < best):
                     best, best_last = s, last
+        self.ahead_pool.resize(kept)
         if best < 0:
             self.ahead_idle = True
             return 0
