@@ -160,7 +160,7 @@ cdef class _Tier(_Room):
     cdef vector[unsigned char] pooled  # ... a storage id's entry is in it
     cdef readonly int64_t bytes_d2h, bytes_h2d
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
-    cdef readonly double copy_hidden   # prefetched copy time that ran under compute
+    cdef readonly double copy_hidden   # copy time that ran under compute (prefetches, copies ahead)
     cdef int _offload(self, int s) except -1
     cdef int _leave(self, int s) except -1
     cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept
