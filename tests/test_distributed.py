@@ -1,6 +1,5 @@
 """coop.distributed: gradient buckets in the arena, and data-parallel training of the GPT example
 over 2 MPI ranks (``mpiexec -n 2``, the mpich wheel's) against one process with twice the batch."""
-import importlib.util
 import json
 import os
 import shutil
@@ -11,9 +10,8 @@ import numpy as np
 import pytest
 
 import coop
+from _scripts import EXAMPLES, load_example
 from coop import distributed, models, nn, optim
-
-EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
 
 try:
     from mpi4py import MPI
@@ -177,14 +175,6 @@ if dp.rank == 0:
 GPT = ["--budget", "0.7x", "--steps", "5", "--layers", "2", "--d-model", "32", "--block", "32",
        "--eval-batches", "1", "--log-every", "0", "--backend", "numpy", "--no-progress"]
 BATCH = 8   # per rank; the single process takes 2 x 8
-
-
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(f"example_{name}",
-                                                  os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path):

@@ -2,22 +2,12 @@
 below the unlimited run's peak ("0.5x", "0.7x": a probe measures the peak first), the loss falls
 (the CNN beats chance on the held-out digits), the runtime evicted and recomputed, the peak stayed
 within the budget and the PNG was written."""
-import importlib.util
 import math
 import os
 
 import numpy as np
 import pytest
-
-EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
-
-
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(f"example_{name}",
-                                                  os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from _scripts import load_example
 
 
 def check_run(run, png):

@@ -1,19 +1,12 @@
 """benchmarks/grid_minima.py: minimum feasible ratios over shifted grids. The table is checked
 on made-up minima (each figure known), the sweeps on one small recorded trace against coop
 bench's own sweep of the same grid."""
-import importlib.util
-import os
-
 import pytest
+from _scripts import load_benchmark
 
 from coop.cli import bench
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "benchmarks")
-spec = importlib.util.spec_from_file_location("grid_minima",
-                                              os.path.join(BENCHMARKS, "grid_minima.py"))
-grid_minima = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(grid_minima)
+grid_minima = load_benchmark("grid_minima")
 
 
 def test_the_table_of_made_up_minima():

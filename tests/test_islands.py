@@ -1,25 +1,13 @@
 """benchmarks/islands.py, the islands workload: a valid coop trace (read by coop's trace reader)
 of the shape its docstring describes, and benchmarks/bench_islands.py's report on it."""
-import importlib.util
 import json
-import os
 
 import pytest
+from _scripts import load_benchmark
 
 import coop.trace.replay as R
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "benchmarks")
-
-
-def _module(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCHMARKS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-islands = _module("islands")
+islands = load_benchmark("islands")
 SMALL = islands.Islands(blocks=3, branches=2, stem_mib=1.0, shrink=0.5, weight_kib=(4, 8))
 
 
@@ -91,7 +79,7 @@ def test_the_shape_refuses_what_makes_no_pyramid():
 
 
 def test_the_bench_reports_each_policys_minimum_and_the_target(trace, tmp_path, capsys):
-    bench = _module("bench_islands")
+    bench = load_benchmark("bench_islands")
     bench.main(["--trace", str(trace), "--out", str(tmp_path), "--policies", "coop,dtr-ideal",
                 "--step", "0.25", "--min-ratio", "0.5", "--no-progress"])
     text = (tmp_path / "table.md").read_text()

@@ -1,18 +1,12 @@
 """benchmarks/pair_table.py, two policies side by side from a sweep's runs.json (rows made up
 here, so each figure of the row is known)."""
-import importlib.util
 import json
-import os
 import sys
 
 import pytest
+from _scripts import load_benchmark
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "benchmarks")
-spec = importlib.util.spec_from_file_location("pair_table",
-                                              os.path.join(BENCHMARKS, "pair_table.py"))
-pair_table = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pair_table)
+pair_table = load_benchmark("pair_table")
 
 
 def row(policy, ratio, status, overhead, search):

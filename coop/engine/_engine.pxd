@@ -163,8 +163,10 @@ cdef class _Tier(_Room):
     cdef readonly double copy_hidden   # copy time that ran under compute (prefetches, copies ahead)
     cdef int _offload(self, int s) except -1
     cdef int _leave(self, int s) except -1
+    cdef double _copy_out(self, int s, int64_t need) noexcept
     cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept
     cdef int _wait(self, double done) except -1
+    cdef int _wait_hidden(self, double done) except -1
     cdef int _bring_back(self, int s) except -1
     cdef bint _host_room(self, int64_t need, bint constant) except -1
     cdef int _host_drop(self, int s) except -1

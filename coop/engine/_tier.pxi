@@ -61,9 +61,7 @@ cdef class _Tier(_Room):
         if self.on_host[s] == 2:
             # its host copy holds its bytes: the piece is freed, nothing is copied (the clock
             # waits for what is left of a copy out ahead)
-            if self.out_at[s] > self.now:
-                self.copy_hidden -= self.out_at[s] - self.now
-                self._wait(self.out_at[s])
+            self._wait_hidden(self.out_at[s])
             self.out_at[s] = 0.0
             return self._leave(s)
         if not self._host_room(need, self.producer[s] < 0):
@@ -74,13 +72,8 @@ cdef class _Tier(_Room):
             return 0
         if not self.executor.offload(s):
             return self._hold(s)
-        self.host_bytes += need
-        if self.host_bytes > self.host_peak:
-            self.host_peak = self.host_bytes
-        self.host_fifo.push_back(s)
-        self.bytes_d2h += self.size[s]
         # the copy out: the freed range is reused at once, so the clock waits for all of it
-        self._wait(self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate))
+        self._wait(self._copy_out(s, need))
         return self._leave(s)
 
     cdef int _leave(self, int s) except -1:
@@ -95,6 +88,16 @@ cdef class _Tier(_Room):
         self.offloads += 1
         return self._offer(s)
 
+    cdef double _copy_out(self, int s, int64_t need) noexcept:
+        """Resident s's bytes (need of the tier's) go into the host tier, copied out on the
+        device-to-host engine; returns when the copy ends."""
+        self.host_bytes += need
+        if self.host_bytes > self.host_peak:
+            self.host_peak = self.host_bytes
+        self.host_fifo.push_back(s)
+        self.bytes_d2h += self.size[s]
+        return self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate)
+
     cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept:
         """A copy of nbytes on the copy engine free at *free_at (one per direction): it starts
         when the engine is free, no earlier than now; returns when it ends."""
@@ -108,6 +111,13 @@ cdef class _Tier(_Room):
             self.copy_exposed += done - self.now
             self._charge_copy(done - self.now)
         return 0
+
+    cdef int _wait_hidden(self, double done) except -1:
+        """As _wait, for a copy counted as hidden when it started (a prefetch, a copy out
+        ahead): what the clock waits for of it is exposed after all."""
+        if done > self.now:
+            self.copy_hidden -= done - self.now
+        return self._wait(done)
 
     cdef int _bring_back(self, int s) except -1:
         """Give offloaded s memory holding its host copy's bytes (the executor's fetch: placed
@@ -198,14 +208,9 @@ cdef class _Tier(_Room):
 
     cdef int c_await(self, int s) except -1:
         """s is about to be read: the clock waits for what is left of its prefetched copy."""
-        cdef double wait
         if self.ready_at[s] > 0.0:
-            wait = self.ready_at[s] - self.now
+            self._wait_hidden(self.ready_at[s])
             self.ready_at[s] = 0.0
-            if wait > 0.0:
-                self.copy_hidden -= wait
-                self.copy_exposed += wait
-                self._charge_copy(wait)
         return 0
 
     cdef void _pool_constant(self, int s) noexcept:
@@ -257,13 +262,8 @@ cdef class _Tier(_Room):
         if not self.executor.offload(s):
             self.ahead_idle = True
             return 0
-        self.host_bytes += need
-        if self.host_bytes > self.host_peak:
-            self.host_peak = self.host_bytes
-        self.host_fifo.push_back(s)
-        self.bytes_d2h += self.size[s]
         self.on_host[s] = 2
-        self.out_at[s] = self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate)
+        self.out_at[s] = self._copy_out(s, need)
         self.copy_hidden += <double>self.size[s] * self.d2h_rate
         self.copies_ahead += 1
         return self._offer(s)
