@@ -72,6 +72,19 @@ def test_a_budget_above_the_peak_costs_nothing(out):
         assert (row["status"], row["evictions"], row["compute_overhead"]) == ("ok", 0, 1.0)
 
 
+def test_the_marks_are_tried_after_the_patience_runs_out(out):
+    """Runs are not monotone in the budget: after `patience` failures in a row the sweep skips
+    the ratios left but the MARKS (0.5 and 0.3), which it always tries."""
+    path = str(out / "traces" / "resnet50-b2.jsonl")
+    peak = bench.R.unlimited(path)["peak_used_bytes"]
+    rows = bench.sweep("resnet50", path, "none", peak, [0.9, 0.8, 0.5, 0.4, 0.3], patience=1)
+    assert [(r["ratio"], r["status"]) for r in rows] == [(0.9, "oom"), (0.5, "oom"), (0.3, "oom")]
+    rows = bench.sweep("resnet50", path, "none", peak, [0.9, 0.8, 0.5, 0.4, 0.3], patience=2)
+    assert [r["ratio"] for r in rows] == [0.9, 0.8, 0.5, 0.3]
+    rows = bench.sweep("resnet50", path, "none", peak, [3.0, 0.9, 0.8, 0.4], patience=1)
+    assert [(r["ratio"], r["status"]) for r in rows] == [(3.0, "ok"), (0.9, "oom")]
+
+
 def test_summary_min_ratios_lie_between_the_bound_and_one(out):
     with open(out / "summary.json") as f:
         summary = json.load(f)

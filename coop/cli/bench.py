@@ -176,20 +176,22 @@ _programs = {}   # trace path -> Program, per worker process (a worker serves ma
 
 def sweep(name, path, policy, peak, ratios, patience):
     """Replay one source under one policy at each ratio, largest first, until `patience`
-    failures in a row; returns one row per replay."""
+    failures in a row, and then at the MARKS left (0.5 and 0.3 are always tried: runs are not
+    monotone in the budget); returns one row per replay."""
     program = _programs.get(path)
     if program is None:
         program = _programs[path] = R.load(path)
     rows, failures = [], 0
     for ratio in ratios:
+        if failures >= patience and all(abs(ratio - m) > 1e-9 for m in MARKS):
+            continue
         m = R.replay(program, ratio=ratio, policy=policy, peak_bytes=peak, thrash=R.THRASH)
         row = {"model": name, "policy": policy, "ratio": ratio, "budget_bytes": m["budget_bytes"]}
         row.update((k, v) for k, v in m.items() if k not in ("policy", "ratio", "budget_bytes"))
         row["budget_ratio"] = m["ratio"]    # budget_bytes / peak (the budget is aligned down)
         rows.append(row)
-        failures = failures + 1 if m["status"] != "ok" else 0
-        if failures >= patience:
-            break
+        if failures < patience:
+            failures = failures + 1 if m["status"] != "ok" else 0
     return rows
 
 
