@@ -844,6 +844,12 @@ cdef class Evictor:
         unmovable). The default copies nothing (owners of sizes only)."""
         return 1
 
+    cdef bint widen(self, Arena arena) except -1:
+        """No choice makes room: the owner may offer more ways out (Arena.c_set_offload) and
+        return True for the eviction loop to choose again; False (the default) and the
+        allocation fails. An owner widens a finite number of times."""
+        return False
+
 
 cdef class _CallbackEvictor(Evictor):
     """Evictor over a Python callable: evict(list of storage ids)."""

@@ -89,6 +89,8 @@ cdef class EvictionLoop:
             free_bytes = arena.capacity - arena.used_bytes
             self.counts.frag_sum += <double>free_bytes / <double>arena.capacity
             if victims.empty() and plan.moves.empty():
+                if evictor is not None and evictor.widen(arena):
+                    continue
                 self.counts.failed += 1
                 self.counts.largest_ratio_sum += (
                     <double>arena.largest_free() / <double>free_bytes if free_bytes else 1.0)

@@ -329,12 +329,16 @@ def replays_or_fails_cleanly(data):
             result = R.replay(program, ratio=1.0, policy=policy, peak_bytes=peak, check=True)
             assert result["status"] == "ok", policy        # ratio 1.0 completes
             finite(result)
-        for policy in ("coop", "dtr", "lru", "dtr-ideal"):
+        for policy in ("coop", "dtr", "lru", "dtr-ideal", "coop-offload"):
             for ratio in (0.6, 0.3):
                 result = R.replay(program, ratio=ratio, policy=policy, peak_bytes=peak,
-                                  check=True)
+                                  check=True, lower_bound_bytes=base["lower_bound_bytes"])
                 assert result["status"] in ("ok", "oom", "thrash")
                 finite(result)
+                # every op's inputs and outputs are resident together while it runs: no run
+                # that completes, host tier or not, holds less than the offload floor
+                if result["status"] == "ok":
+                    assert result["peak_used_bytes"] >= base["offload_floor_bytes"], policy
         return "replayed"
 
 

@@ -3,6 +3,7 @@ offload to host memory, and comes back by a copy, on demand or prefetched. Repla
 written traces give hand-computed counters; the tier never changes a run that completes
 without it; a full tier refuses a constant with nothing lost; bad arguments name the fix."""
 import json
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -127,11 +128,13 @@ def test_a_mutated_constant_copies_out_again(tmp_path):
             *u,                                               # w back
             call("k", [2], 4, 1024),                          # w leaves again
         ])
+    # lower_bound_bytes=0: the tier opens at its first use, as in a live run's first step
     read = R.replay(trace(call("u", [0], 3, 0), {"op": "release", "id": 3}), budget=5120,
-                    policy="coop-offload", lookahead=0, check=True)
+                    policy="coop-offload", lookahead=0, check=True, lower_bound_bytes=0)
     mutated = R.replay(trace({"op": "mutate", "name": "u", "inputs": [0], "mutated": [0],
                               "outputs": [], "cost": 1e4}),
-                       budget=5120, policy="coop-offload", lookahead=0, check=True)
+                       budget=5120, policy="coop-offload", lookahead=0, check=True,
+                       lower_bound_bytes=0)
     for r, expected in ((read, (4, 2, 6144, 5120)), (mutated, (3, 1, 5120, 2048))):
         assert r["status"] == "ok"
         assert (r["offloads"], r["fetches"], r["bytes_d2h"], r["bytes_h2d"]) == expected
@@ -271,8 +274,10 @@ def test_a_recorded_run_with_the_tier_replays_with_its_counters(tmp_path):
         train_wide(rt, read=False)    # a trace records no reads of the parameters
     stats = rt.stats()
     assert stats["offloads"] > 0
-    result = R.replay(path, budget=budget, policy="coop-offload", thrash=None, lookahead=0)
-    assert result["status"] == "ok"
+    # as the run opened its tier: at its first blocked choice (lower_bound_bytes=0)
+    result = R.replay(path, budget=budget, policy="coop-offload", thrash=None, lookahead=0,
+                      lower_bound_bytes=0)
+    assert result["status"] == "ok" and not result["tier_open_at_start"]
     for key in ("offloads", "fetches", "bytes_d2h", "bytes_h2d", "host_peak_bytes",
                 "evictions", "recomputes", "searches", "peak_used_bytes"):
         assert result[key] == stats[key], key
@@ -365,10 +370,13 @@ def test_a_constant_is_copied_out_ahead_of_the_pressure(tmp_path):
     """Once q has had to make room, w (the stalest constant) is copied out while r computes:
     when k needs its range, w leaves with nothing left to copy, and only the other copies out
     (2 computed values, 5,120 bytes, made when their room was needed) and w's copy back are
-    exposed. Without the tier the run fails."""
+    exposed. Without the tier the run fails. (lower_bound_bytes=0: the tier opens when q's
+    choice needs it, as in a live run's first step.)"""
     path = write(tmp_path / "ahead.jsonl", AHEAD)
     assert R.replay(path, budget=6144, policy="coop", lookahead=0)["status"] == "oom"
-    r = R.replay(path, budget=6144, policy="coop-offload", lookahead=0, check=True)
+    r = R.replay(path, budget=6144, policy="coop-offload", lookahead=0, check=True,
+                 lower_bound_bytes=0)
+    assert not r["tier_open_at_start"]
     assert r["status"] == "ok"
     assert (r["copies_ahead"], r["offloads"], r["fetches"]) == (1, 3, 1)
     assert (r["bytes_d2h"], r["bytes_h2d"], r["host_peak_bytes"]) == (7168, 2048, 7168)
@@ -376,6 +384,62 @@ def test_a_constant_is_copied_out_ahead_of_the_pressure(tmp_path):
     assert r["copy_exposed"] == pytest.approx(5120 * D2H + 2048 * H2D)
     assert r["cost_total"] == pytest.approx(r["cost_first"] + 1e4 + r["copy_exposed"]
                                             + r["move_cost"])
+
+
+def test_below_the_bound_a_replay_opens_the_tier_at_the_start_for_constants(tmp_path):
+    """AHEAD's recompute-only lower bound is 8192 bytes (w beside k's inputs and output): at
+    6144 no policy without the tier completes, so the replay opens it at the start, for
+    constants whose host copy is cached (leaving copies nothing). At q, w has no copy yet: the
+    choice evicts f's output, as with the tier closed; w is copied out ahead while r computes;
+    at k it leaves with nothing copied (offloads 1, still 2048 bytes out), and k's room is the
+    first that w alone cannot make: the tier widens to every storage (Evictor.widen). At the
+    end two computed values leave by offloads (5,120 bytes out in all). Opened at the first
+    blocked choice instead (lower_bound_bytes=0, a live run's first step), the same trace
+    evicts once and recomputes once, not twice: the rule is a gain measured over the paper
+    models (docs/benchmarks.md), not on every trace."""
+    path = write(tmp_path / "ahead.jsonl", AHEAD)
+    program = R.load(path)
+    assert R.unlimited(program)["lower_bound_bytes"] == 8192
+    rp = Replayer(program, Arena(6144, 512), "coop-offload", 0.0, R.copy_cost(program), None,
+                  R.host_link(program), 0)
+    e = rp.engine
+    assert e.arena.offload_last and not e.tier_constants
+    assert e.open_tier(constants_only=True)
+    assert not e.arena.offload_last and e.tier_constants
+    rp.run(0, 4)                                       # w, f, p, q
+    t = e.tier_counters()
+    assert (t["offloads"], t["copies_ahead"], t["bytes_d2h"]) == (0, 1, 2048)
+    assert e.arena.stats()["evictions"] == 1 and e.tier_constants
+    rp.run(4)                                          # r, the release, k
+    t = e.tier_counters()
+    assert (t["offloads"], t["bytes_d2h"], t["fetches"]) == (1, 2048, 0)
+    assert not e.tier_constants
+    rp.finish()
+    e.arena.check()
+    r = R.replay(path, budget=6144, policy="coop-offload", lookahead=0, check=True)
+    assert (r["status"], r["tier_open_at_start"]) == ("ok", True)
+    assert (r["offloads"], r["fetches"], r["bytes_d2h"], r["bytes_h2d"]) == (3, 1, 5120, 2048)
+    assert (r["evictions"], r["recomputes"]) == (2, 2)
+    # the bound given, as coop bench gives it, decides the same
+    assert R.replay(program, budget=6144, policy="coop-offload", lookahead=0,
+                    lower_bound_bytes=8192) == r | {"wall_time": ANY, "records_per_s": ANY,
+                                                    "search_time": ANY}
+    late = R.replay(program, budget=6144, policy="coop-offload", lookahead=0,
+                    lower_bound_bytes=0)
+    assert (late["status"], late["tier_open_at_start"], late["bytes_d2h"]) == ("ok", False, 7168)
+    assert (late["evictions"], late["recomputes"]) == (1, 1)
+    # at the bound, or without a tier that opens late, nothing opens at the start
+    assert not R.replay(program, budget=8192, policy="coop-offload")["tier_open_at_start"]
+    assert not R.replay(program, budget=6144, policy="coop")["tier_open_at_start"]
+    assert not R.replay(program, budget=6144, policy="capuchin")["tier_open_at_start"]
+
+
+def test_open_tier_without_a_tier_changes_nothing(trace):
+    program = R.load(trace)
+    rp = Replayer(program, Arena(6144, 512), "coop", 0.0, R.copy_cost(program), None,
+                  R.host_link(program), 0)
+    assert not rp.engine.open_tier(constants_only=True)
+    assert rp.engine.arena.offload_last and not rp.engine.tier_constants
 
 
 def test_cupys_backend_makes_no_copies_ahead():
@@ -387,3 +451,18 @@ def test_cupys_backend_makes_no_copies_ahead():
     assert cupy_backend._BoundPool.can_offload is True
     from coop.backends.base import Backend
     assert Backend.can_copy_ahead.fget(None) is False
+
+
+def test_coop_replay_first_step_opens_the_tier_at_its_first_use(tmp_path, capsys):
+    """coop replay opens the tier at the start below the bound, as replay() does; --first-step
+    replays a live run's first step (the tier opens when a choice first needs it)."""
+    from coop.cli.main import main
+    path = write(tmp_path / "ahead.jsonl", AHEAD)
+    for flag, opened, out_bytes in (([], True, 5120), (["--first-step"], False, 7168)):
+        assert main(["replay", str(path), "--budget", "6KiB", "--policy", "coop-offload",
+                     "--lookahead", "0", "--json", *flag]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert (result["tier_open_at_start"], result["bytes_d2h"]) == (opened, out_bytes)
+    assert main(["replay", str(path), "--budget", "6KiB", "--policy", "coop,coop-offload"]) == 3
+    line = next(x for x in capsys.readouterr().out.splitlines() if "open at the start" in x)
+    assert line.split()[-2:] == ["False", "True"]

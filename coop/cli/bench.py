@@ -174,10 +174,12 @@ def sweep_ratios(step, lower_bound_ratio):
 _programs = {}   # trace path -> Program, per worker process (a worker serves many tasks)
 
 
-def sweep(name, path, policy, peak, ratios, patience):
+def sweep(name, path, policy, peak, ratios, patience, lower_bound=None):
     """Replay one source under one policy at each ratio, largest first, until `patience`
     failures in a row, and then at the MARKS left (0.5 and 0.3 are always tried: runs are not
-    monotone in the budget); returns one row per replay."""
+    monotone in the budget); returns one row per replay. lower_bound: the source's
+    recompute-only lower bound in bytes (None: from its unlimited run, where a replay needs
+    it)."""
     program = _programs.get(path)
     if program is None:
         program = _programs[path] = R.load(path)
@@ -185,7 +187,8 @@ def sweep(name, path, policy, peak, ratios, patience):
     for ratio in ratios:
         if failures >= patience and all(abs(ratio - m) > 1e-9 for m in MARKS):
             continue
-        m = R.replay(program, ratio=ratio, policy=policy, peak_bytes=peak, thrash=R.THRASH)
+        m = R.replay(program, ratio=ratio, policy=policy, peak_bytes=peak, thrash=R.THRASH,
+                     lower_bound_bytes=lower_bound)
         row = {"model": name, "policy": policy, "ratio": ratio, "budget_bytes": m["budget_bytes"]}
         row.update((k, v) for k, v in m.items() if k not in ("policy", "ratio", "budget_bytes"))
         row["budget_ratio"] = m["ratio"]    # budget_bytes / peak (the budget is aligned down)
@@ -201,7 +204,7 @@ def run_sweeps(sources, policies, step, patience, jobs, progress=True):
     # an offloading policy can go below the lower bound, down to the offload floor
     tasks = [(s["name"], s["path"], p, s["peak_bytes"],
               sweep_ratios(step, s["offload_floor_ratio"] if POLICIES[p].offload
-                           else s["lower_bound_ratio"]), patience)
+                           else s["lower_bound_ratio"]), patience, s["lower_bound_bytes"])
              for s in sources for p in policies]
     size = {s["name"]: s["records"] for s in sources}
     tasks.sort(key=lambda t: -size[t[0]] * len(t[4]))   # the longest first: less tail

@@ -6,7 +6,9 @@ Moves come in three kinds, each counted apart: window moves (coop's window reloc
 free a range), room made (times coop moved a kernel's inputs to make room for it) and constants
 placed (new constants copied down to the lowest free range that holds them). An offloading
 policy (coop-offload) also counts the host tier: offloads, copies back (on demand and
-prefetched), bytes each way, the copy time exposed and hidden, and the tier's peak.
+prefetched), bytes each way, the copy time exposed and hidden, and the tier's peak; below the
+trace's recompute-only lower bound its tier opens at the start, for constants with a cached host
+copy (a training loop's later steps), unless --first-step replays a live run's first step.
 Exit status: 0 when every policy completed, 3 when one ran out of memory or thrashed (the table
 says where), 2 for a bad argument, 1 for a trace that cannot be read.
 Example: coop replay run.jsonl --budget 0.5 --policy coop,dtr,dtr-ideal
@@ -41,6 +43,7 @@ ROWS = [  # (label, key, format)
     ("move cost", "move_cost", "{:,.1f}"),
     ("constants placed", "constants_placed", "{:,}"),
     ("recomputes", "recomputes", "{:,}"),
+    ("host tier open at the start", "tier_open_at_start", "{}"),
     ("offloads to the host tier", "offloads", "{:,}"),
     ("constants copied out ahead", "copies_ahead", "{:,}"),
     ("copies back on demand", "fetches", "{:,}"),
@@ -84,6 +87,11 @@ def add_arguments(parser):
     parser.add_argument("--device", choices=list(DEVICES), default=None,
                         help="the cost model whose host link prices copies to and from the "
                              "host (default: the trace's)")
+    parser.add_argument("--first-step", action="store_true",
+                        help="replay as a live run's first step: an offloading policy's host "
+                             "tier opens at the first choice that needs it (default: below the "
+                             "trace's recompute-only lower bound it opens at the start, as a "
+                             "training loop's later steps find it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per policy")
     parser.add_argument("--timeline", metavar="OUT.html", default=None,
                         help="also draw each run's memory timeline as a self-contained HTML "
@@ -138,7 +146,8 @@ def _timelines(args, program, results):
     for r in results:
         path = args.timeline if len(results) == 1 else f"{stem}-{r['policy']}{suffix or '.html'}"
         timeline.write(program, path, budget=r["budget_bytes"], policy=r["policy"],
-                       alignment=args.alignment, thrash=args.thrash or None)
+                       alignment=args.alignment, thrash=args.thrash or None,
+                       lower_bound_bytes=0 if args.first_step else None)
         print(f"timeline of {r['policy']}: {path}", file=sys.stderr if args.json else sys.stdout)
 
 
@@ -182,6 +191,7 @@ def main(args):
                         thrash=args.thrash or None, peak_bytes=peak, lookahead=args.lookahead,
                         device=args.device,
                         host_budget=args.host_budget if POLICIES[policy].offload else None,
+                        lower_bound_bytes=0 if args.first_step else base["lower_bound_bytes"],
                         **sized)
                for policy in policies]
     if args.timeline:

@@ -143,6 +143,7 @@ cdef class _Room(_Records):
 
 cdef class _Tier(_Room):
     cdef readonly bint offloading      # the policy offloads and the executor copies to the host
+    cdef readonly bint tier_constants  # the tier takes constants only (opened at the start)
     cdef readonly int64_t host_budget  # bytes the host tier may hold (-1: no limit)
     cdef readonly int64_t host_bytes, host_peak
     cdef readonly double d2h_rate, h2d_rate   # cost units (ns) per byte of a copy out, back

@@ -201,6 +201,20 @@ cdef class Engine(_InPlace):
         if self.offloading and not record.offload_last:
             self.arena.c_count_offloads(True)
 
+    def open_tier(self, bint constants_only=False):
+        """Open the host tier now, for good: from here on every choice counts offloads, each
+        piece leaving by its cheapest way, as after the first choice that needed the tier
+        (docs/core.md, "The host tier"). For a run known to need the tier before it starts (a
+        replay whose budget is below its trace's recompute-only lower bound). constants_only:
+        until a choice finds no way out with them alone, only constants whose host copy is
+        cached (copied out ahead: leaving copies nothing) are offered; then the tier widens to
+        every storage (the core's Evictor.widen). True when the tier is open (the policy
+        offloads and the executor copies to the host)."""
+        if self.offloading:
+            self.arena.c_count_offloads(True)
+            self.tier_constants = constants_only
+        return bool(self.offloading)
+
     def close(self):
         """Stop owning the arena (its storages stay registered)."""
         self.arena.detach(self)

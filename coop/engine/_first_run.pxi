@@ -93,8 +93,8 @@ cdef class _FirstRun(_Residency):
                 self.arena.offload_held = held
                 if self.c_retry(o, err.request):
                     continue
-                if held or tier_tried or not self.offloading or not self.arena.offload_last \
-                        or not self.move_rate < INFINITY:
+                if held or tier_tried or not self.offloading or not self.move_rate < INFINITY \
+                        or not (self.arena.offload_last or self.tier_constants):
                     raise
                 tier_tried = True
                 need.clear()

@@ -24,13 +24,30 @@ cdef class _Tier(_Room):
     cdef int _offer(self, int s) except -1:
         """s is registered (or its host copy changed): with the tier on and s not held by a
         user's array, it may leave by an offload at the copies' cost; with a cached host copy,
-        at the copy back's alone."""
+        at the copy back's alone. While the tier takes constants only (tier_constants), only a
+        constant with a cached host copy is offered."""
         cdef double rate
-        if self.offloading and not self.held[s] and self.slot[s] >= 0:
+        if self.offloading and not self.held[s] and self.slot[s] >= 0 \
+                and not (self.tier_constants and (self.producer[s] >= 0 or self.on_host[s] != 2)):
             rate = self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate
             self.arena.c_set_offload(self.slot[s],
                                      <double>self.arena.request_size(self.size[s]) * rate)
         return 0
+
+    cdef bint widen(self, Arena arena) except -1:
+        """No choice makes room with the cached constants alone in the tier (opened at the
+        start for them: Engine.open_tier): from now on every storage may leave by an offload,
+        as after a first blocked choice. A pinned storage is not offered: it is a kernel's
+        input or output (held, or lifted to move while room is made for the kernel:
+        _room_for), which may not leave by an offload. True when it offered more (once)."""
+        if not (self.offloading and self.tier_constants):
+            return False
+        self.tier_constants = False
+        cdef int s
+        for s in range(<int>self.alive.size()):
+            if self.alive[s] and self.offset[s] >= 0 and self.pins[s] == 0:
+                self._offer(s)
+        return True
 
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
         """The core's victims (slots): each leaves by the way the window counted for it, an

@@ -107,6 +107,19 @@ def _feasible_peak(program, align, used):
         nbytes = min(-(-(nbytes + max(nbytes // 64, align)) // align) * align, _UNLIMITED)
 
 
+def open_tier_below_bound(engine, program, policy, capacity, alignment, lower_bound_bytes=None):
+    """Open engine's host tier at the start (Engine.open_tier) when policy offloads only once a
+    choice needs the tier (offload_last) and capacity is below the program's recompute-only
+    lower bound (lower_bound_bytes; None: from its unlimited run at alignment): a run that
+    cannot complete without the tier. True when it opened the tier."""
+    record = get_policy(policy)
+    if not (record.offload and record.offload_last and engine.offloading):
+        return False
+    if lower_bound_bytes is None:
+        lower_bound_bytes = unlimited(program, alignment)["lower_bound_bytes"]
+    return capacity < lower_bound_bytes and engine.open_tier(constants_only=True)
+
+
 def peak(trace, alignment=None):
     """What a budget ratio of 1.0 means: the smallest budget, from the unlimited run's peak
     used bytes up in steps of 1/64, at which every policy with coop's in-place rule but `none`
@@ -116,7 +129,7 @@ def peak(trace, alignment=None):
 
 def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash=THRASH,
            peak_bytes=None, check=False, host_budget=None, lookahead=DEFAULT_LOOKAHEAD,
-           device=None):
+           device=None, lower_bound_bytes=None):
     """Replay trace (a path or Program) under a budget (bytes: an int or "6GiB") or a ratio of
     its unlimited peak, with one of coop.engine.policies.POLICIES.
 
@@ -143,7 +156,14 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     clock waited for, in the trace's cost units, part of compute_overhead), copy_hidden
     (prefetched copy time under compute), host_peak_bytes, host_drops (recomputable copies
     dropped for room) and host_refusals (constants the full tier refused).
-    """
+
+    Below the trace's recompute-only lower bound (lower_bound_bytes; None: from its unlimited
+    run) no policy without the tier can complete, and the replay knows it before it starts: an
+    offloading policy whose tier opens at its first blocked choice (coop-offload) then opens it
+    at the start (tier_open_at_start in the result), for constants with a cached host copy
+    until a choice needs more (Engine.open_tier), as a live training loop's later steps find it
+    open once its first step opened it (docs/core.md, "The host tier"). lower_bound_bytes=0
+    replays a live run's first step: the tier opens at its first blocked choice."""
     program = _program(trace)
     ideal = get_policy(policy).ideal
     if (budget is None) == (ratio is None):
@@ -173,6 +193,8 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         host_budget = parse_budget(host_budget)
     replayer = Replayer(program, arena, policy, limit, copy_cost(program), host_budget, link,
                         lookahead)
+    opened = open_tier_below_bound(replayer.engine, program, policy, arena.capacity, align,
+                                   lower_bound_bytes)
     status = "ok"
     failed = dict(failed_record=None, failed_request=None, failed_largest_free=None)
     t0 = time.perf_counter()
@@ -227,6 +249,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "offload_floor_bytes": counters["offload_floor_bytes"],
         "records": counters["records"],
         **tier,
+        "tier_open_at_start": opened,
         "wall_time": wall,
         "records_per_s": counters["records"] / wall if wall > 0 else float("inf"),
         **failed,

@@ -73,15 +73,20 @@ class Timeline:
                 "pieces": rows, "counts": self.marks}
 
 
-def collect(program, budget, policy="coop", alignment=None, thrash=None):
+def collect(program, budget, policy="coop", alignment=None, thrash=None, lower_bound_bytes=None):
     """Replay program (a coop.trace Program) at budget bytes under policy, taking the arena's
-    log record by record; returns a Timeline (its figures as coop.trace.replay.replay's)."""
-    from coop.trace.replay import DEFAULT_ALIGNMENT, DEFAULT_LOOKAHEAD, copy_cost, host_link
+    log record by record; returns a Timeline (its figures as coop.trace.replay.replay's;
+    lower_bound_bytes as there: 0 replays a live run's first step)."""
+    from coop.trace.replay import (DEFAULT_ALIGNMENT, DEFAULT_LOOKAHEAD, copy_cost, host_link,
+                                   open_tier_below_bound)
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
     arena = Arena(int(budget), align, ideal=get_policy(policy).ideal)
     replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0,
                         copy_cost(program), program.meta.get("host_budget"), host_link(program),
                         DEFAULT_LOOKAHEAD)
+    # as coop.trace.replay.replay: below the recompute-only bound the tier opens at the start
+    open_tier_below_bound(replayer.engine, program, policy, arena.capacity, align,
+                          lower_bound_bytes)
     log = _Log(replayer, program)
     status = "ok"
     try:
@@ -283,7 +288,7 @@ def render(timeline):
 
 
 def write(trace, path, budget=None, ratio=None, policy="coop", alignment=None, thrash=None,
-          format=None):
+          format=None, lower_bound_bytes=None):
     """Replay trace (a path or Program) at budget (bytes, "6GiB") or ratio (of its unlimited
     peak) under policy and write its timeline to path; returns the Timeline."""
     from coop.trace import replay as R
@@ -294,7 +299,8 @@ def write(trace, path, budget=None, ratio=None, policy="coop", alignment=None, t
     if ratio is not None:
         align = R._alignment(program, alignment)
         budget = max(int(ratio * R.peak(program, align)), align)
-    timeline = collect(program, parse_budget(budget), policy, alignment, thrash)
+    timeline = collect(program, parse_budget(budget), policy, alignment, thrash,
+                       lower_bound_bytes)
     with open(os.fspath(path), "w", encoding="utf-8") as out:
         out.write(render(timeline))
     return timeline
