@@ -32,8 +32,10 @@ _UNLIMITED = MAX_BYTES
 #: (an offloading policy is left out: the peak is the device-only runs')
 PEAK_POLICIES = tuple(p for p in POLICIES
                       if p != "none" and POLICIES[p].inplace and not POLICIES[p].offload)
-#: ops ahead whose offloaded inputs a replay brings back early (the host tier's prefetch)
-DEFAULT_LOOKAHEAD = 4
+#: ops ahead whose offloaded inputs a replay brings back early (the host tier's prefetch, into
+#: free ranges only, so a longer lookahead only starts copies sooner): 64 against 4 lowered 12 of
+#: the 36 tier-sweep minima and raised one (docs/benchmarks.md, "The host tier, measured")
+DEFAULT_LOOKAHEAD = 64
 
 
 def _program(trace):
