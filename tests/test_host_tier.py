@@ -94,6 +94,35 @@ def test_a_prefetch_hides_the_copy_back_under_compute(trace):
     assert r["cost_total"] == pytest.approx(6e4 + 2048 * D2H + r["move_cost"])
 
 
+#: TRACE with p: after m1, p's output (1536 bytes, held to the end, never read) leaves w's
+#: copy back no free range of 2048 bytes when h, the op after next, is in sight
+ROOM = TRACE[:6] + [call("p", [3], 8, 1536)] + TRACE[6:] + [{"op": "release", "id": 8}]
+
+
+def test_room_is_made_for_the_op_after_next_so_its_copy_back_runs_under_the_next(tmp_path):
+    """After p, h (the op after next) reads w, in the tier, and no free range holds it: with
+    a lookahead of 2 the window makes room for it then (p's output, which neither m2 nor h
+    reads, is offloaded: its copy out is exposed), m2's input and h's resident input pinned,
+    so w's copy back runs under m2 (1e4 ns) and h waits for nothing. With a lookahead of 1
+    the same room is made at h, on demand, and the copy back is exposed."""
+    path = write(tmp_path / "room.jsonl", ROOM)
+    got = {}
+    for k in (1, 2):
+        r = R.replay(path, budget=6144, policy="coop-offload", lookahead=k, check=True,
+                     lower_bound_bytes=0)
+        assert r["status"] == "ok"
+        assert (r["offloads"], r["evictions"], r["recomputes"]) == (3, 0, 0)
+        assert (r["bytes_d2h"], r["bytes_h2d"]) == (2048 + 1536, 2048)
+        got[k] = r
+    assert (got[1]["fetches"], got[1]["prefetches"]) == (1, 0)
+    assert got[1]["copy_exposed"] == pytest.approx(3584 * D2H + 2048 * H2D)
+    assert got[1]["copy_hidden"] == 0.0
+    assert (got[2]["fetches"], got[2]["prefetches"]) == (0, 1)
+    assert got[2]["copy_exposed"] == pytest.approx(3584 * D2H)
+    assert got[2]["copy_hidden"] == pytest.approx(2048 * H2D)
+    assert got[1]["cost_total"] - got[2]["cost_total"] == pytest.approx(2048 * H2D)
+
+
 def test_a_full_host_tier_refuses_the_constant_and_loses_nothing(trace):
     """A tier of 1024 bytes cannot take w: it is refused (it stays, a wall again) and the
     run fails as it does without the tier, every invariant holding."""

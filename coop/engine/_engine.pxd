@@ -173,11 +173,12 @@ cdef class _Tier(_Room):
     cdef int _host_drop(self, int s) except -1
     cdef int c_fetch(self, int s) except -1
     cdef bint c_prefetch(self, int s) except -1
+    cdef bint c_prefetch_room(self, int s) except -1
+    cdef bint _prefetched(self, int s) except -1
     cdef int c_await(self, int s) except -1
     cdef int c_copy_ahead(self) except -1
     cdef void _pool_constant(self, int s) noexcept
     cdef int c_step_reads(self, vector[int]& inputs) except -1
-    cdef int c_step_prefetch(self) except -1
     cdef int _placement_of_storage(self, int s) noexcept
 
 
@@ -199,6 +200,7 @@ cdef class _Residency(_Tier):
     cdef int _account(self, int o, bint recompute) except -1
     cdef int _reregister(self, int s, double cost, vector[int]& neighbors, bint evictable,
                          bint settle) except -1
+    cdef int c_step_prefetch(self) except -1
 
 
 cdef class _FirstRun(_Residency):

@@ -240,3 +240,32 @@ cdef class _Residency(_Tier):
             self.c_bind(s, off)
         self.arena.c_pin(self.slot[s], pins)
         return 0
+
+    cdef int c_step_prefetch(self) except -1:
+        """A live run's op finished: the constants the next `lookahead` ops of the previous
+        step read (parameters and optimizer state are the same storages each step), where they
+        wait in the host tier, start coming back (c_prefetch: into free ranges only); with a
+        lookahead of two or more, those of the op after next first, with room made for them
+        (c_prefetch_room) while the constants the next two ops read are pinned."""
+        cdef size_t j, n = self.cur_reads.size()
+        cdef int s
+        cdef vector[int] pinned
+        if self.lookahead >= 2 and n + 1 < self.prev_reads.size():
+            try:
+                for j in range(n, n + 2):
+                    for s in self.prev_reads[j]:
+                        if s < <int>self.alive.size() and self.alive[s] and self.offset[s] >= 0:
+                            self.c_pin(s)
+                            pinned.push_back(s)
+                for s in self.prev_reads[n + 1]:
+                    if s < <int>self.alive.size() and self.alive[s] and self.c_prefetch_room(s):
+                        self.c_pin(s)
+                        pinned.push_back(s)
+            finally:
+                for s in pinned:
+                    self.c_unpin(s, True)
+        for j in range(n, min(n + <size_t>self.lookahead, self.prev_reads.size())):
+            for s in self.prev_reads[j]:
+                if s < <int>self.alive.size() and self.alive[s] and self.on_host[s] == 1:
+                    self.c_prefetch(s)
+        return 0

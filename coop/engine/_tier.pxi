@@ -217,6 +217,27 @@ cdef class _Tier(_Room):
                 or self.arena.largest_free() < self.arena.request_size(self.size[s]):
             return False
         self._bring_back(s)
+        return self._prefetched(s)
+
+    cdef bint c_prefetch_room(self, int s) except -1:
+        """Start bringing offloaded s back ahead of its use, making room for it as a fetch
+        does (the window chooses, evicting or offloading what it prices lowest) when no free
+        range holds it: the caller reads it after the next op, whose inputs it has pinned, so
+        the copy runs under that op instead of after it. False when s is not offloaded or no
+        room can be made (nothing is lost: the arena's state is as the failed choice left it)."""
+        if self.on_host[s] != 1 or self.offset[s] >= 0:
+            return False
+        if self.c_prefetch(s):
+            return True
+        try:
+            self._bring_back(s)
+        except OutOfMemoryError:
+            return False
+        return self._prefetched(s)
+
+    cdef bint _prefetched(self, int s) except -1:
+        """s was just given memory for its host copy's bytes: its copy back starts on the
+        host-to-device engine; its reader waits for what is left of it (c_await)."""
         self.arena.c_touch(self.slot[s], self.now)   # just brought back: not the next victim
         self.prefetches += 1
         self.ready_at[s] = self._copy(&self.h2d_free_at, self.size[s], self.h2d_rate)
@@ -294,18 +315,6 @@ cdef class _Tier(_Room):
             if self.producer[s] < 0:
                 consts.push_back(s)
         self.cur_reads.push_back(consts)
-        return 0
-
-    cdef int c_step_prefetch(self) except -1:
-        """A live run's op finished: the constants the next `lookahead` ops of the previous
-        step read (parameters and optimizer state are the same storages each step), where they
-        wait in the host tier, start coming back (c_prefetch: into free ranges only)."""
-        cdef size_t j, n = self.cur_reads.size()
-        cdef int s
-        for j in range(n, min(n + <size_t>self.lookahead, self.prev_reads.size())):
-            for s in self.prev_reads[j]:
-                if s < <int>self.alive.size() and self.alive[s] and self.on_host[s] == 1:
-                    self.c_prefetch(s)
         return 0
 
     def step(self):

@@ -328,11 +328,15 @@ cdef class Replayer:
     cdef int _prefetch(self, Py_ssize_t i) except -1:
         """The host tier's lookahead: the inputs of the next `lookahead` ops after record i
         that wait in the host tier start coming back now (Engine.c_prefetch: only into free
-        ranges), nearest op first."""
+        ranges), nearest op first; with a lookahead of two or more, those of the op after
+        next are brought back first, with room made for them where no free range holds them
+        (_prefetch_room), so that their copies run under the next op."""
         cdef Program p = self.prog
         cdef Engine e = self.engine
         cdef Py_ssize_t j, n = p.rec_kind.size()
         cdef int seen = 0, t, k, v, kind
+        if e.lookahead >= 2:
+            self._prefetch_room(i)
         for j in range(i + 1, n):
             if seen >= e.lookahead:
                 break
@@ -345,6 +349,42 @@ cdef class Replayer:
                 v = p.ins[k]
                 if self.held[v] and e.on_host[self.sid_of[v]]:
                     e.c_prefetch(self.sid_of[v])
+        return 0
+
+    cdef int _prefetch_room(self, Py_ssize_t i) except -1:
+        """The op after next's inputs that wait in the host tier come back now, room made for
+        them as a fetch makes it (Engine.c_prefetch_room), while every resident input of the
+        next two ops is pinned, so that no choice takes what they read; they are unpinned
+        after."""
+        cdef Program p = self.prog
+        cdef Engine e = self.engine
+        cdef Py_ssize_t j, n = p.rec_kind.size()
+        cdef int seen = 0, t = -1, k, v, s
+        cdef vector[int] pinned
+        try:
+            for j in range(i + 1, n):
+                if p.rec_kind[j] != R_CALL and p.rec_kind[j] != R_MUTATE:
+                    continue
+                seen += 1
+                t = p.rec_arg[j]
+                for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
+                    v = p.ins[k]
+                    if self.held[v] and e.offset[self.sid_of[v]] >= 0:
+                        e.c_pin(self.sid_of[v])
+                        pinned.push_back(self.sid_of[v])
+                if seen == 2:
+                    break
+            if seen == 2:
+                for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
+                    v = p.ins[k]
+                    if self.held[v]:
+                        s = self.sid_of[v]
+                        if e.c_prefetch_room(s):
+                            e.c_pin(s)
+                            pinned.push_back(s)
+        finally:
+            for s in pinned:
+                e.c_unpin(s, True)
         return 0
 
     cdef int _unheld(self, int v, Py_ssize_t i) except -1:
