@@ -16,6 +16,7 @@ from coop import ops
 from coop.trace._replay import Replayer
 from coop.models import GPT, paper
 from coop.optim import AdamW
+from coop.engine.cost import DEVICES
 from coop.errors import TraceError
 from coop.trace import compile_program, import_dtr
 
@@ -392,6 +393,20 @@ HOST_CALL = {"op": "call", "name": "f", "inputs": [], "cost": 1, "allocs": [64, 
        "cost": 10 ** 400}], r"t.jsonl:1: cost must be a finite number >= 0"),
     ([{"op": "constant", "id": 0, "size": (1 << 62) + 1}], r"t.jsonl:1: size must be in"),
     ([{"op": "meta", "alignment": 3}], r"t.jsonl: the meta record's alignment must be a power"),
+    # the meta fields a replay reads (a fuzzed copy_cost of [] reached float())
+    ([{"op": "meta", "copy_cost": []}], r"t.jsonl: the meta record's copy_cost must be a "
+                                         r"finite number >= 0 \(the cost of copying one byte\), "
+                                         r"got \[\]"),
+    ([{"op": "meta", "copy_cost": -1}], r"copy_cost must be a finite number >= 0"),
+    ([{"op": "meta", "copy_cost": True}], r"copy_cost must be a finite number >= 0"),
+    ([{"op": "meta", "host_link": [0.04]}], r"the meta record's host_link must be \[d2h, h2d\]"),
+    ([{"op": "meta", "host_link": [0.04, "x"]}], r"host_link must be \[d2h, h2d\]"),
+    ([{"op": "meta", "host_link": 0.04}], r"host_link must be \[d2h, h2d\]"),
+    ([{"op": "meta", "cost_model": ["h200"]}], r"the meta record's cost_model must be a "
+                                                r"device's name"),
+    ([{"op": "meta", "host_budget": -1}], r"the meta record's host_budget must be a number of "
+                                           r"bytes in \[0, 2\*\*62\], got -1"),
+    ([{"op": "meta", "host_budget": 1.5}], r"host_budget must be a number of bytes"),
 ])
 def test_a_trace_that_would_corrupt_a_replay_is_an_error(tmp_path, records, message):
     path = write_lines(tmp_path / "t.jsonl", records)
@@ -882,3 +897,18 @@ def test_a_call_output_without_a_size_is_zero_bytes(tmp_path):
         {"op": "release", "id": 0}])
     r = R.replay(path, budget="1MiB", policy="coop")
     assert (r["status"], r["ops"]) == ("ok", 1)
+
+
+def test_the_meta_fields_a_replay_reads_are_taken_as_given(tmp_path):
+    """Valid copy_cost, host_link, cost_model and host_budget load, an unknown device name
+    falls back to the a100-80gb, and a replay reads them."""
+    records = [{"op": "meta", "copy_cost": 0, "host_link": [1, 2.5], "cost_model": "tpu",
+                "host_budget": 0},
+               {"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 1, "size": 8}],
+                "cost": 1}]
+    program = R.load(write_lines(tmp_path / "t.jsonl", records))
+    assert R.copy_cost(program) == 0.0
+    assert R.host_link(program) == (1.0, 2.5)
+    del program.meta["host_link"], program.meta["copy_cost"]
+    assert R.host_link(program) == DEVICES["a100-80gb"].host_link
+    assert R.copy_cost(program) == DEVICES["a100-80gb"].copy_ns_per_byte

@@ -125,10 +125,41 @@ def compile_program(records, where="<records>"):
     if align is not None and not valid_alignment(align):
         raise TraceError(f"{where}: the meta record's alignment must be a power of two in "
                          f"[1, 2**30], got {show(align)}")
+    _check_meta(meta, where)
     if not math.isfinite(sum(op[5] for op in ops if not op[7])):
         raise TraceError(f"{where}: the ops' costs add up to more than a float holds; give "
                          "costs in ns")
     return Program(len(sizes), sizes, out_records, ops, names, meta, where)
+
+
+def _rate(value):
+    """A cost per byte: a finite number >= 0 (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and value >= 0
+
+
+def _check_meta(meta, where):
+    """The meta fields a replay reads besides alignment: copy_cost a finite number >= 0,
+    host_link [d2h, h2d] two of them, cost_model a device's name (an unknown name falls back
+    to the a100-80gb), host_budget bytes (an integer in [0, 2**62])."""
+    rate = meta.get("copy_cost")
+    if rate is not None and not _rate(rate):
+        raise TraceError(f"{where}: the meta record's copy_cost must be a finite number >= 0 "
+                         f"(the cost of copying one byte), got {show(rate)}")
+    link = meta.get("host_link")
+    if link is not None and not (isinstance(link, list) and len(link) == 2
+                                 and all(_rate(x) for x in link)):
+        raise TraceError(f"{where}: the meta record's host_link must be [d2h, h2d], two finite "
+                         f"numbers >= 0 (the cost of copying one byte each way), got "
+                         f"{show(link)}")
+    model = meta.get("cost_model")
+    if model is not None and not isinstance(model, str):
+        raise TraceError(f"{where}: the meta record's cost_model must be a device's name (a "
+                         f"string such as \"a100-80gb\"), got {show(model)}")
+    budget = meta.get("host_budget")
+    if budget is not None and not (is_int(budget) and 0 <= budget <= MAX_BYTES):
+        raise TraceError(f"{where}: the meta record's host_budget must be a number of bytes in "
+                         f"[0, 2**62], got {show(budget)}")
 
 
 def _check_events(events, allocs, where):
