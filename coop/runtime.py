@@ -40,7 +40,8 @@ class Runtime:
     elsewhere the policy runs without the tier). lookahead: with the tier, after each op the
     constants the next `lookahead` ops of the previous training step read (coop.optim's
     optimizers mark the steps: mark_step) start coming back from the host tier when they fit
-    a free range (0, the default: none; a recorded run then replays with its counters).
+    a free range, and with a lookahead of 2 or more those of the op after next with room made
+    for them (0, the default: none; a recorded run then replays with its counters).
     """
 
     def __init__(self, backend, policy="coop", cost=None, classifier="type",
