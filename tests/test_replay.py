@@ -379,6 +379,10 @@ HOST_CALL = {"op": "call", "name": "f", "inputs": [], "cost": 1, "allocs": [64, 
     ([{**HOST_CALL, "outputs": [{"id": 1, "size": 64, "alloc": 0},
                                 {"id": 2, "size": 64, "alloc": 0}]}],
      r"t.jsonl:1: two outputs name alloc 0"),
+    # an output larger than the allocation that holds it (a fuzzed 2-byte output in 0 bytes)
+    ([{**HOST_CALL, "outputs": [{"id": 1, "size": 128, "alloc": 1}]}],
+     r"t.jsonl:1: an output of 128 bytes names alloc 1, of 64: the allocation that holds an "
+     r"output is at least its size"),
     ([{"op": "constant", "id": 0, "size": 8},
       {"op": "call", "name": "f", "inputs": [0], "outputs": [{"id": 1, "size": 8}], "cost": 1},
       {"op": "mutate", "name": "g_", "inputs": [1], "mutated": [0, 0], "cost": 1}],
@@ -399,6 +403,7 @@ HOST_CALL = {"op": "call", "name": "f", "inputs": [], "cost": 1, "allocs": [64, 
                                          r"got \[\]"),
     ([{"op": "meta", "copy_cost": -1}], r"copy_cost must be a finite number >= 0"),
     ([{"op": "meta", "copy_cost": True}], r"copy_cost must be a finite number >= 0"),
+    ([{"op": "meta", "copy_cost": 10 ** 400}], r"copy_cost must be a finite number >= 0"),
     ([{"op": "meta", "host_link": [0.04]}], r"the meta record's host_link must be \[d2h, h2d\]"),
     ([{"op": "meta", "host_link": [0.04, "x"]}], r"host_link must be \[d2h, h2d\]"),
     ([{"op": "meta", "host_link": 0.04}], r"host_link must be \[d2h, h2d\]"),
@@ -909,6 +914,7 @@ def test_the_meta_fields_a_replay_reads_are_taken_as_given(tmp_path):
     program = R.load(write_lines(tmp_path / "t.jsonl", records))
     assert R.copy_cost(program) == 0.0
     assert R.host_link(program) == (1.0, 2.5)
-    del program.meta["host_link"], program.meta["copy_cost"]
-    assert R.host_link(program) == DEVICES["a100-80gb"].host_link
-    assert R.copy_cost(program) == DEVICES["a100-80gb"].copy_ns_per_byte
+    bare = R.load(write_lines(tmp_path / "u.jsonl", [{"op": "meta", "cost_model": "tpu"},
+                                                     records[1]]))
+    assert R.host_link(bare) == DEVICES["a100-80gb"].host_link
+    assert R.copy_cost(bare) == DEVICES["a100-80gb"].copy_ns_per_byte

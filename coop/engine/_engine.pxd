@@ -200,6 +200,7 @@ cdef class _Residency(_Tier):
     cdef int _account(self, int o, bint recompute) except -1
     cdef int _reregister(self, int s, double cost, vector[int]& neighbors, bint evictable,
                          bint settle) except -1
+    cdef int c_prefetch_after_next(self, vector[int]& reads, vector[int]& wanted) except -1
     cdef int c_step_prefetch(self) except -1
 
 

@@ -241,29 +241,42 @@ cdef class _Residency(_Tier):
         self.arena.c_pin(self.slot[s], pins)
         return 0
 
+    cdef int c_prefetch_after_next(self, vector[int]& reads, vector[int]& wanted) except -1:
+        """The host tier's room made ahead (replays and live runs alike): the storages in
+        wanted (the op after next's inputs) that wait in the tier come back now, room made for
+        them where no free range holds them (c_prefetch_room), so that their copies run under
+        the next op; meanwhile every resident storage in reads (what the next two ops read)
+        and each one brought back stays pinned, so that no choice takes it. Ids that are not
+        alive (a live run's previous step may name dead ones) are skipped."""
+        cdef vector[int] pinned
+        cdef int s
+        try:
+            for s in reads:
+                if 0 <= s < <int>self.alive.size() and self.alive[s] and self.offset[s] >= 0:
+                    self.c_pin(s)
+                    pinned.push_back(s)
+            for s in wanted:
+                if 0 <= s < <int>self.alive.size() and self.alive[s] and self.c_prefetch_room(s):
+                    self.c_pin(s)
+                    pinned.push_back(s)
+        finally:
+            for s in pinned:
+                self.c_unpin(s, True)
+        return 0
+
     cdef int c_step_prefetch(self) except -1:
         """A live run's op finished: the constants the next `lookahead` ops of the previous
         step read (parameters and optimizer state are the same storages each step), where they
         wait in the host tier, start coming back (c_prefetch: into free ranges only); with a
         lookahead of two or more, those of the op after next first, with room made for them
-        (c_prefetch_room) while the constants the next two ops read are pinned."""
+        (c_prefetch_after_next: a live run knows only the constants the next two ops read)."""
         cdef size_t j, n = self.cur_reads.size()
         cdef int s
-        cdef vector[int] pinned
+        cdef vector[int] reads
         if self.lookahead >= 2 and n + 1 < self.prev_reads.size():
-            try:
-                for j in range(n, n + 2):
-                    for s in self.prev_reads[j]:
-                        if s < <int>self.alive.size() and self.alive[s] and self.offset[s] >= 0:
-                            self.c_pin(s)
-                            pinned.push_back(s)
-                for s in self.prev_reads[n + 1]:
-                    if s < <int>self.alive.size() and self.alive[s] and self.c_prefetch_room(s):
-                        self.c_pin(s)
-                        pinned.push_back(s)
-            finally:
-                for s in pinned:
-                    self.c_unpin(s, True)
+            reads = self.prev_reads[n]
+            reads.insert(reads.end(), self.prev_reads[n + 1].begin(), self.prev_reads[n + 1].end())
+            self.c_prefetch_after_next(reads, self.prev_reads[n + 1])
         for j in range(n, min(n + <size_t>self.lookahead, self.prev_reads.size())):
             for s in self.prev_reads[j]:
                 if s < <int>self.alive.size() and self.alive[s] and self.on_host[s] == 1:

@@ -223,12 +223,12 @@ cdef class _Tier(_Room):
         """Start bringing offloaded s back ahead of its use, making room for it as a fetch
         does (the window chooses, evicting or offloading what it prices lowest) when no free
         range holds it: the caller reads it after the next op, whose inputs it has pinned, so
-        the copy runs under that op instead of after it. False when s is not offloaded or no
-        room can be made (nothing is lost: the arena's state is as the failed choice left it)."""
-        if self.on_host[s] != 1 or self.offset[s] >= 0:
-            return False
+        the copy runs under that op instead of after it (c_prefetch_after_next). False when s
+        is not offloaded or no room can be made (nothing is lost: the arena's state is as the failed choice left it)."""
         if self.c_prefetch(s):
             return True
+        if self.on_host[s] != 1 or self.offset[s] >= 0:
+            return False
         try:
             self._bring_back(s)
         except OutOfMemoryError:

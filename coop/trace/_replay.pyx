@@ -352,39 +352,25 @@ cdef class Replayer:
         return 0
 
     cdef int _prefetch_room(self, Py_ssize_t i) except -1:
-        """The op after next's inputs that wait in the host tier come back now, room made for
-        them as a fetch makes it (Engine.c_prefetch_room), while every resident input of the
-        next two ops is pinned, so that no choice takes what they read; they are unpinned
-        after."""
+        """The inputs the next two ops after record i read, and the op after next's, for the
+        engine's room made ahead (Engine.c_prefetch_after_next)."""
         cdef Program p = self.prog
-        cdef Engine e = self.engine
         cdef Py_ssize_t j, n = p.rec_kind.size()
-        cdef int seen = 0, t = -1, k, v, s
-        cdef vector[int] pinned
-        try:
-            for j in range(i + 1, n):
-                if p.rec_kind[j] != R_CALL and p.rec_kind[j] != R_MUTATE:
-                    continue
-                seen += 1
-                t = p.rec_arg[j]
-                for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
-                    v = p.ins[k]
-                    if self.held[v] and e.offset[self.sid_of[v]] >= 0:
-                        e.c_pin(self.sid_of[v])
-                        pinned.push_back(self.sid_of[v])
-                if seen == 2:
-                    break
+        cdef int seen = 0, t, k, v
+        cdef vector[int] reads, wanted
+        for j in range(i + 1, n):
+            if p.rec_kind[j] != R_CALL and p.rec_kind[j] != R_MUTATE:
+                continue
+            seen += 1
+            t = p.rec_arg[j]
+            for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
+                v = p.ins[k]
+                if self.held[v]:
+                    reads.push_back(self.sid_of[v])
+                    if seen == 2:
+                        wanted.push_back(self.sid_of[v])
             if seen == 2:
-                for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
-                    v = p.ins[k]
-                    if self.held[v]:
-                        s = self.sid_of[v]
-                        if e.c_prefetch_room(s):
-                            e.c_pin(s)
-                            pinned.push_back(s)
-        finally:
-            for s in pinned:
-                e.c_unpin(s, True)
+                return self.engine.c_prefetch_after_next(reads, wanted)
         return 0
 
     cdef int _unheld(self, int v, Py_ssize_t i) except -1:

@@ -6,7 +6,8 @@ from coop._core import EXPENSIVE
 from coop.errors import TraceError
 from coop.trace._replay import KINDS, Program
 from coop.trace.dtr import import_dtr
-from coop.trace.records import MAX_BYTES, is_int, read_records, show, sniff, valid_alignment
+from coop.trace.records import (MAX_BYTES, is_cost, is_int, read_records, show, sniff,
+                                valid_alignment)
 
 def load(path, format=None):
     """Read and compile a trace file (coop's format, or a DTR log: sniffed when format is None)."""
@@ -75,7 +76,7 @@ def compile_program(records, where="<records>"):
         elif kind in ("call", "mutate"):
             inputs = [ref(i, lineno) for i in r["inputs"]]
             events = r.get("allocs")
-            outputs, allocs, mutated = [], [], []
+            outputs, allocs, out_sizes, mutated = [], [], [], []
             if kind == "call":
                 seen = set()
                 for out in r["outputs"]:
@@ -86,16 +87,18 @@ def compile_program(records, where="<records>"):
                     if alias >= 0 or out["id"] in seen:
                         outputs.append(-1)
                         allocs.append(-1)
+                        out_sizes.append(0)
                         continue
                     if out["id"] in live:
                         raise TraceError(f"{loc(lineno)}: id {out['id']} is defined twice")
                     seen.add(out["id"])
                     outputs.append(out["id"])
                     allocs.append(out.get("alloc"))
+                    out_sizes.append(out.get("size", 0))
             else:
                 mutated = list(r["mutated"])
             if events is not None:
-                _check_events(events, allocs, loc(lineno))
+                _check_events(events, allocs, out_sizes, loc(lineno))
             else:
                 allocs = [-1] * len(allocs)
             # a missing size is 0, as the record check reads it (coop.trace.records)
@@ -132,23 +135,17 @@ def compile_program(records, where="<records>"):
     return Program(len(sizes), sizes, out_records, ops, names, meta, where)
 
 
-def _rate(value):
-    """A cost per byte: a finite number >= 0 (not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) and value >= 0
-
-
 def _check_meta(meta, where):
     """The meta fields a replay reads besides alignment: copy_cost a finite number >= 0,
     host_link [d2h, h2d] two of them, cost_model a device's name (an unknown name falls back
     to the a100-80gb), host_budget bytes (an integer in [0, 2**62])."""
     rate = meta.get("copy_cost")
-    if rate is not None and not _rate(rate):
+    if rate is not None and not is_cost(rate):
         raise TraceError(f"{where}: the meta record's copy_cost must be a finite number >= 0 "
                          f"(the cost of copying one byte), got {show(rate)}")
     link = meta.get("host_link")
     if link is not None and not (isinstance(link, list) and len(link) == 2
-                                 and all(_rate(x) for x in link)):
+                                 and all(is_cost(x) for x in link)):
         raise TraceError(f"{where}: the meta record's host_link must be [d2h, h2d], two finite "
                          f"numbers >= 0 (the cost of copying one byte each way), got "
                          f"{show(link)}")
@@ -162,21 +159,24 @@ def _check_meta(meta, where):
                          f"[0, 2**62], got {show(budget)}")
 
 
-def _check_events(events, allocs, where):
+def _check_events(events, allocs, sizes, where):
+    """A host record's allocs, and the allocation each new output (of sizes bytes) names: it
+    is live at the kernel's end, no other output's, and holds the output."""
     if not isinstance(events, list) or not all(is_int(e) for e in events):
         raise TraceError(f"{where}: allocs must be a list of integers, got {show(events)}")
-    n, freed = 0, set()
+    n, freed, nbytes = 0, set(), []
     for e in events:
         if e > MAX_BYTES:
             raise TraceError(f"{where}: allocs allocates {e} bytes, more than 2**62")
         if e >= 0:
             n += 1
+            nbytes.append(e)
         elif ~e >= n or ~e in freed:
             raise TraceError(f"{where}: allocs frees allocation {~e}, which is not live")
         else:
             freed.add(~e)
     held = set()
-    for a in allocs:
+    for a, size in zip(allocs, sizes):
         if a is None:
             raise TraceError(f"{where}: an output has no 'alloc': with 'allocs', each new "
                              "output names the allocation that holds it")
@@ -188,4 +188,8 @@ def _check_events(events, allocs, where):
         if a in held:
             raise TraceError(f"{where}: two outputs name alloc {a}; each new output has an "
                              "allocation of its own")
+        if size > nbytes[a]:
+            raise TraceError(f"{where}: an output of {size} bytes names alloc {a}, of "
+                             f"{nbytes[a]}: the allocation that holds an output is at least "
+                             "its size")
         held.add(a)

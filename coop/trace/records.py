@@ -35,6 +35,13 @@ def _finite(number):
     return number if math.isfinite(number) else math.nan
 
 
+def is_cost(value):
+    """Whether value is a cost a trace may give (an op's ns, a copy's ns per byte): a number,
+    not a bool, finite and >= 0 (an integer too large for a float is not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and _finite(value) >= 0
+
+
 _FIELDS = {   # op -> required fields and their types
     "meta": {},
     "constant": {"id": int, "size": int},
@@ -70,7 +77,7 @@ def check_record(record, where):
                              f"{show(value)}")
     if "size" in record and not 0 <= record["size"] <= MAX_BYTES:
         raise TraceError(f"{where}: size must be in [0, 2**62], got {record['size']}")
-    if "cost" in record and not _finite(record["cost"]) >= 0:
+    if "cost" in record and not is_cost(record["cost"]):
         raise TraceError(f"{where}: cost must be a finite number >= 0 (ns), got "
                          f"{show(record['cost'])}")
     if kind in ("call", "mutate") and type(record.get("failed", False)) is not bool:
