@@ -46,7 +46,7 @@ cdef _check(Arena a):
         k = 0
         while k < blk.count and blk.piece[k] != idx:
             k += 1
-        if k == blk.count or blk.size[k] != p.size:
+        if k == blk.count or blk.size[k] != p.size or blk.dsize[k] != <double>p.size:
             _fail(f"piece at {p.offset} and its run entry disagree")
         if p.free and blk.flags[k] != W_FREE:
             _fail(f"free piece at {p.offset} is not flagged free in its run")

@@ -53,6 +53,8 @@ cdef enum:
     K_FORCED = 4       # it must move (movable, not a candidate)
     K_FREE = 8         # a free piece
     K_COSTLY = 16      # its way out costs more than 0.0 (a window of none costs exactly 0.0)
+    K_TAKES = 32       # K_FORCED or K_FREE (never both): it takes a free piece, its own or one
+                       # outside the window as a forced mover's destination
 
 
 cdef inline void scan_windows(size_t total, size_t size, double* value, double* lane,
@@ -63,13 +65,14 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
     costs value and frees cover bytes. p_right - p_left is the running-sum cost of docs/core.md:
     both restart at a wall only, so they are the reference's sums bit for bit. With a planner,
     flags are kinds (K_*), the movers' costs are in lane (and 0.0 in value) and sum apart, in
-    q_right - q_left, the window's forced movers, movers, free and costly entries are counted,
-    and each window goes to planner.visit; with a Ranked (the first pass, lane unused), it
+    q_right - q_left, the window's movers, costly entries and forced movers plus free pieces
+    (taken: a window has a plan only if taken <= the free pieces in all) are counted, and each
+    window goes to planner.visit; with a Ranked (the first pass, lane unused), it
     keeps the window of least bound and the least bounds before and after it; with a Best
     (lane unused), the cheapest window (ties: the first)."""
     cdef size_t j, lo = 0, covered = 0
     cdef double cost, lb, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
-    cdef int forced = 0, movers = 0, free = 0, costly = 0
+    cdef int taken = 0, movers = 0, costly = 0
     cdef unsigned char f
     if Visitor is BestAt:
         out.found = False
@@ -86,7 +89,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         if not (f & keep):
             p_left = p_right = q_left = q_right = 0.0
             covered = 0
-            forced = movers = free = costly = 0
+            taken = movers = costly = 0
             lo = j + 1
             continue
         if Visitor is MovePlanner:
@@ -95,27 +98,23 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
             p_right = p_right + value[j]
             q_right = q_right + lane[j]
             movers += (f & K_MOVER) != 0
-            forced += (f & K_FORCED) != 0
-            free += (f & K_FREE) != 0
+            taken += (f & K_TAKES) != 0
             costly += (f & K_COSTLY) != 0
         elif Visitor is RankedAt:
             p_right = p_right + value[j]
-            forced += (f & K_FORCED) != 0
-            free += (f & K_FREE) != 0
+            taken += (f & K_TAKES) != 0
             costly += (f & K_COSTLY) != 0
         else:
             p_right = p_right + value[j]
         covered += cover[j]
         while covered >= size:
             if Visitor is MovePlanner:
-                out.visit(lo, p_left, p_right, q_left, q_right, forced, movers, free,
-                          costly == 0)
+                out.visit(lo, p_left, p_right, q_left, q_right, taken, movers, costly == 0)
                 f = flags[lo]
                 p_left = p_left + value[lo]
                 q_left = q_left + lane[lo]
                 movers -= (f & K_MOVER) != 0
-                forced -= (f & K_FORCED) != 0
-                free -= (f & K_FREE) != 0
+                taken -= (f & K_TAKES) != 0
                 costly -= (f & K_COSTLY) != 0
             elif Visitor is BestAt:
                 cost = p_right - p_left
@@ -132,7 +131,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                 f = flags[lo]
                 # a window whose forced movers outnumber the free pieces outside it has no
                 # plan (the full pass drops it too): it neither is the best nor bounds others
-                if forced <= out.bins - free:
+                if taken <= out.bins:
                     cost = p_right - p_left
                     out.unsure = out.unsure or cost != cost
                     # below the exact sum (MovePlanner.visit); exactly 0.0 without a costly entry
@@ -148,8 +147,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                         out.end = j + 1
                     elif lb < out.after:
                         out.after = lb
-                forced -= (f & K_FORCED) != 0
-                free -= (f & K_FREE) != 0
+                taken -= (f & K_TAKES) != 0
                 costly -= (f & K_COSTLY) != 0
                 p_left = p_left + value[lo]
             covered -= cover[lo]

@@ -34,6 +34,7 @@ cdef struct ScanRun:
     int piece[RUN_LEN]              # the piece of each entry; -1 in the unused slots
     unsigned char flags[RUN_LEN]    # W_FREE, or W_CANDIDATE | W_MOVABLE bits; 0 for a wall
     size_t size[RUN_LEN]            # mirror of the piece's size
+    double dsize[RUN_LEN]           # ... as a double (the moving window's fill vectorises)
     double cprime[RUN_LEN]          # mirror of the bound storage's c'; 0 if unbound
     double last_access[RUN_LEN]     # mirror of the bound storage's last_access
 
@@ -218,7 +219,7 @@ cdef class MovePlanner:
     cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
-                    double q_right, int forced, int movers, int free, bint costless) noexcept
+                    double q_right, int taken, int movers, bint costless) noexcept
     cdef size_t fill(self, double now, double rate) noexcept
     cdef void full(self, size_t total) noexcept
     cdef void best_first(self, size_t total) noexcept

@@ -2,6 +2,29 @@
 # docs/core.md, "Moving", says what is chosen and why the search finds it.
 
 
+cdef unsigned char _KINDS[32]
+
+
+cdef void _make_kinds() noexcept:
+    """_KINDS[flags | fits << 3 | cheaper << 4]: an entry's kind but for K_COSTLY, from its
+    ScanRun flags (W_*), whether a free piece holds it (fits) and whether its move costs less
+    than its eviction (cheaper): a movable piece that fits moves when it is not a candidate
+    (forced) or when its move is cheaper; a piece neither free, candidate nor movable is a
+    wall."""
+    cdef int i
+    cdef unsigned char free, cand, movable, mover
+    for i in range(32):
+        free = (i & W_FREE) != 0
+        cand = (i & W_CANDIDATE) != 0
+        movable = (i & W_MOVABLE) != 0 and (i >> 3) & 1
+        mover = movable and (not cand or (i >> 4) & 1)
+        _KINDS[i] = ((free or cand or movable) * K_KEEP | mover * K_MOVER
+                     | (mover and not cand) * (K_FORCED | K_TAKES) | free * (K_FREE | K_TAKES))
+
+
+_make_kinds()
+
+
 cdef bint _fits_with(vector[size_t]& chosen, size_t x, vector[size_t]& outb) noexcept:
     """Whether the sizes chosen (largest first) plus x have distinct destinations among outb
     (largest first): the k-th largest size fits the k-th largest destination, for every k."""
@@ -103,31 +126,28 @@ cdef class MovePlanner:
         cdef size_t base = 0
         cdef double s, h, m
         cdef uint64_t hb, mb
-        cdef unsigned char f, free, cand, movable, mover
+        cdef unsigned char f
         while r >= 0:
             run = &runs.runs[r]
-            # branch-free (the kinds of neighbors are unrelated: branches on them mispredict)
-            for k in range(run.count):
+            for k in range(run.count):          # doubles only: the compiler vectorises it
                 s = now - run.last_access[k]
                 s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
-                h = run.cprime[k] / s
-                m = <double>run.size[k] * rate / s
-                f = run.flags[k]
-                free = (f & W_FREE) != 0
-                cand = (f & W_CANDIDATE) != 0
-                movable = ((f & W_MOVABLE) != 0) & (run.size[k] <= largest)
-                mover = movable & ((cand ^ 1) | (m < h))
-                hs[base + k] = h
-                ms[base + k] = m
-                # v = m if mover else h, bit for bit and without a branch (a free piece's h is
-                # 0): the movers are mixed at random, so a branch mispredicts
+                hs[base + k] = run.cprime[k] / s
+                ms[base + k] = run.dsize[k] * rate / s
+            # branch-free (the kinds of neighbors are unrelated: branches on them mispredict):
+            # an entry's kind, but for K_COSTLY, is _KINDS' at its flags, whether a free piece
+            # holds it and whether its move is the cheaper way out
+            for k in range(run.count):
+                h = hs[base + k]
+                m = ms[base + k]
+                f = _KINDS[run.flags[k] | (run.size[k] <= largest) << 3 | (m < h) << 4]
+                # v = m if a mover else h, bit for bit and without a branch (a free piece's h
+                # is 0): the movers are mixed at random, so a branch mispredicts
                 memcpy(&hb, &h, sizeof(double))
                 memcpy(&mb, &m, sizeof(double))
-                hb = hb ^ ((hb ^ mb) & (<uint64_t>0 - <uint64_t>mover))
+                hb = hb ^ ((hb ^ mb) & (<uint64_t>0 - <uint64_t>((f & K_MOVER) != 0)))
                 memcpy(&vs[base + k], &hb, sizeof(double))
-                ks[base + k] = ((free | cand | movable) * K_KEEP | mover * K_MOVER
-                                | (mover & (cand ^ 1)) * K_FORCED | free * K_FREE
-                                | (hb != 0) * K_COSTLY)
+                ks[base + k] = f | (hb != 0) * K_COSTLY
             memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
             memcpy(&scan.flags[base], run.flags, run.count)
             memcpy(&scan.piece[base], run.piece, run.count * sizeof(int))
@@ -161,9 +181,9 @@ cdef class MovePlanner:
         self.best_first(total)
 
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
-                    double q_right, int forced, int movers, int free, bint costless) noexcept:
-        """The smallest window from lo (its forced movers, movers and free entries counted;
-        costless: no entry's v is above 0.0): its bound, for best_first; NaN (never evaluated)
+                    double q_right, int taken, int movers, bint costless) noexcept:
+        """The smallest window from lo (its movers counted, and taken: its forced movers plus its
+        free entries; costless: no entry's v is above 0.0): its bound, for best_first; NaN (never evaluated)
         when its forced movers outnumber the free pieces outside it, or when its bound is above
         the cost of a window seen that moves nothing (ub)."""
         cdef double* lbs = self.lbs.data()
@@ -188,7 +208,7 @@ cdef class MovePlanner:
             self.ub = p_right - p_left + p_right * 1e-10     # above this window's plan
         if lb != lb:
             lb = -INFINITY         # costs so large their sums overflow: a bound says nothing
-        if lb > self.ub or forced > <int>self.bins.size() - free:
+        if lb > self.ub or taken > <int>self.bins.size():
             lbs[lo] = NAN
             return
         lbs[lo] = lb

@@ -88,6 +88,7 @@ cdef class ScanRuns:
         cdef ScanRun* run = &self.runs[self.pieces[0][idx].run]
         cdef int k = self.entry(idx)
         run.size[k] = self.pieces[0][idx].size
+        run.dsize[k] = <double>run.size[k]
         run.flags[k] = W_FREE if self.pieces[0][idx].free else 0
         run.cprime[k] = 0.0
 
@@ -114,6 +115,7 @@ cdef class ScanRuns:
         dst.piece[k] = src.piece[j]
         dst.flags[k] = src.flags[j]
         dst.size[k] = src.size[j]
+        dst.dsize[k] = src.dsize[j]
         dst.cprime[k] = src.cprime[j]
         dst.last_access[k] = src.last_access[j]
         self.pieces[0][dst.piece[k]].run = r
@@ -127,6 +129,7 @@ cdef class ScanRuns:
         memmove(&run.piece[k + by], &run.piece[k], n * sizeof(int))
         memmove(&run.flags[k + by], &run.flags[k], n * sizeof(unsigned char))
         memmove(&run.size[k + by], &run.size[k], n * sizeof(size_t))
+        memmove(&run.dsize[k + by], &run.dsize[k], n * sizeof(double))
         memmove(&run.cprime[k + by], &run.cprime[k], n * sizeof(double))
         memmove(&run.last_access[k + by], &run.last_access[k], n * sizeof(double))
 
@@ -166,6 +169,7 @@ cdef class ScanRuns:
         run.piece[k] = idx
         run.flags[k] = W_FREE if p.free else 0
         run.size[k] = p.size
+        run.dsize[k] = <double>p.size
         run.cprime[k] = 0.0
         run.last_access[k] = 0.0
         p.run = r
