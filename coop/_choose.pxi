@@ -53,8 +53,8 @@ cdef enum:
     K_FORCED = 4       # it must move (movable, not a candidate)
     K_FREE = 8         # a free piece
     K_COSTLY = 16      # its way out costs more than 0.0 (a window of none costs exactly 0.0)
-    K_TAKES = 32       # K_FORCED or K_FREE (never both): it takes a free piece, its own or one
-                       # outside the window as a forced mover's destination
+    K_TAKES = K_FORCED | K_FREE   # a mask (never both bits): the entry takes a free piece,
+                                  # its own or, a forced mover, a destination outside
 
 
 cdef inline void scan_windows(size_t total, size_t size, double* value, double* lane,

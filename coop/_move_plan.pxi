@@ -19,7 +19,7 @@ cdef void _make_kinds() noexcept:
         movable = (i & W_MOVABLE) != 0 and (i >> 3) & 1
         mover = movable and (not cand or (i >> 4) & 1)
         _KINDS[i] = ((free or cand or movable) * K_KEEP | mover * K_MOVER
-                     | (mover and not cand) * (K_FORCED | K_TAKES) | free * (K_FREE | K_TAKES))
+                     | (mover and not cand) * K_FORCED | free * K_FREE)
 
 
 _make_kinds()
@@ -135,8 +135,8 @@ cdef class MovePlanner:
                 hs[base + k] = run.cprime[k] / s
                 ms[base + k] = run.dsize[k] * rate / s
             # branch-free (the kinds of neighbors are unrelated: branches on them mispredict):
-            # an entry's kind, but for K_COSTLY, is _KINDS' at its flags, whether a free piece
-            # holds it and whether its move is the cheaper way out
+            # the kind comes from _KINDS, by the flags, whether a free piece holds the entry
+            # and whether its move is the cheaper way out; K_COSTLY is added after
             for k in range(run.count):
                 h = hs[base + k]
                 m = ms[base + k]
