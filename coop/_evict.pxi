@@ -170,18 +170,11 @@ cdef class EvictionLoop:
         cdef int slot, old, s_old
         cdef Storages storages = arena.storages
         cdef bint logging = arena.log.c_pause()
-        cdef vector[pair[size_t, size_t]] by_dst
-        for k in range(slots.size()):
-            by_dst.push_back(pair[size_t, size_t](dsts[k], k))
-        # lowest destination first: moves packed into one free piece take it from its low end
-        sort(by_dst.begin(), by_dst.end())
-        news.assign(slots.size(), -1)
         try:
-            for k in range(by_dst.size()):
-                news[by_dst[k].second] = _carve(
-                    arena, by_dst[k].first,
-                    arena.table.at[storages.at[slots[by_dst[k].second]].piece].size,
-                    storages.at[slots[by_dst[k].second]].sid)
+            for k in range(slots.size()):
+                news.push_back(_carve(arena, dsts[k],
+                                      arena.table.at[storages.at[slots[k]].piece].size,
+                                      storages.at[slots[k]].sid))
             for k in range(slots.size()):
                 slot = slots[k]
                 old = storages.at[slot].piece

@@ -333,24 +333,15 @@ cdef class MovePlanner:
                            vector[int]& victims, MovePlan* plan) noexcept:
         """The chosen window's moves and victims: its moved entries, largest first (then lowest
         address), each into the smallest unused free piece outside the window that holds it
-        (then the lowest address), at its low end. Then the room those destinations leave is
-        used: the window's candidates still to be evicted whose move is cheaper, by saving
-        (h - mv, largest first, then lowest address), each move into the smallest room left
-        outside the window that holds it (then the lowest address), next to what it already
-        holds. Its other candidates are evicted; plan.cost is the plan's cost, summed in
-        address order."""
+        (then the lowest address); its other candidates are evicted."""
         cdef Chooser scan = self.scan
-        cdef double* hs = scan.h.data()
-        cdef double* ms = scan.mv.data()
         cdef size_t* ss = scan.size.data()
         cdef unsigned char* fs = scan.flags.data()
         cdef int* ps = scan.piece.data()
         cdef Piece* at = scan.pieces.at.data()
         cdef vector[SizeOffset] order, bins
-        cdef vector[pair[double, size_t]] extra
         cdef size_t i, j, need
-        cdef int k, fit
-        cdef double total = 0.0
+        cdef int k
         for i in range(best_moved.size()):
             order.push_back(SizeOffset(SIZE_MAX - ss[best_moved[i]], <size_t>best_moved[i]))
         sort(order.begin(), order.end())
@@ -359,57 +350,26 @@ cdef class MovePlanner:
             if j < best_lo or j >= best_end:
                 bins.push_back(SizeOffset(SIZE_MAX - self.bins[i].first, j))
         sort(bins.begin(), bins.end())
-        cdef vector[size_t] dst_of, room, cursor
+        cdef vector[size_t] dst_of
         cdef vector[unsigned char] taken, is_moved
         dst_of.assign(best_end - best_lo, 0)
         taken.assign(bins.size(), 0)
-        is_moved.assign(best_end - best_lo, 0)
-        for k in range(<int>bins.size()):
-            room.push_back(bins[k].first)
-            cursor.push_back(at[ps[bins[k].second]].offset)
         for i in range(order.size()):
             need = SIZE_MAX - order[i].first
             for k in range(<int>bins.size()):
                 if not taken[k] and bins[k].first >= need:
                     taken[k] = 1
-                    dst_of[order[i].second - best_lo] = cursor[k]
-                    cursor[k] += need
-                    room[k] -= need
+                    dst_of[order[i].second - best_lo] = at[ps[bins[k].second]].offset
                     break
+        is_moved.assign(best_end - best_lo, 0)
         for i in range(best_moved.size()):
             is_moved[best_moved[i] - best_lo] = 1
-        # the room left: candidates to be evicted whose move is cheaper, largest saving first
         for j in range(best_lo, best_end):
-            if (fs[j] & (W_CANDIDATE | W_MOVABLE | W_FREE)) == (W_CANDIDATE | W_MOVABLE) \
-                    and not is_moved[j - best_lo] and ms[j] < hs[j]:
-                extra.push_back(pair[double, size_t](ms[j] - hs[j], j))
-        sort(extra.begin(), extra.end())
-        for i in range(extra.size()):
-            j = extra[i].second
-            need = ss[j]
-            fit = -1
-            for k in range(<int>bins.size()):
-                if room[k] >= need and (fit < 0 or room[k] < room[fit]
-                                        or (room[k] == room[fit]
-                                            and bins[k].second < bins[fit].second)):
-                    fit = k
-            if fit >= 0:
-                dst_of[j - best_lo] = cursor[fit]
-                cursor[fit] += need
-                room[fit] -= need
-                is_moved[j - best_lo] = 1
-        for j in range(best_lo, best_end):
-            if fs[j] & W_FREE:
-                continue
             if is_moved[j - best_lo]:
-                total = total + ms[j]
                 plan.moves.push_back(at[ps[j]].storage)
                 plan.dst.push_back(dst_of[j - best_lo])
-            else:
-                total = total + hs[j]
-                if fs[j] & W_CANDIDATE:
-                    victims.push_back(at[ps[j]].storage)
-        plan.cost = total
+            elif fs[j] & W_CANDIDATE:
+                victims.push_back(at[ps[j]].storage)
 
     cdef bint plan(self, size_t lo, size_t end, double rate, vector[size_t]& outb,
                    vector[int]& moved, double* cost) noexcept:

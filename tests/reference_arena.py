@@ -359,33 +359,11 @@ class ReferenceArena:
         (cost, start, n), i, j, moved = best
         outside = sorted((p[SIZE], p[OFFSET]) for k, p in enumerate(pieces)
                          if p[FREE] and not i <= k <= j)
-        # each free piece outside: [room left, offset (its address), next free byte]
-        room = {b[1]: [b[0], b[1], b[1]] for b in outside}
         destination = {}
-        moved = set(moved)
         for _, t in sorted((-pieces[t][SIZE], t) for t in moved):
             fit = next(b for b in outside if b[0] >= pieces[t][SIZE])
             outside.remove(fit)
             destination[t] = fit[1]
-            room[fit[1]][0] -= pieces[t][SIZE]
-            room[fit[1]][2] += pieces[t][SIZE]
-        # the room the destinations leave: candidates still evicted whose move is cheaper, by
-        # saving, each into the smallest room that holds it (then the lowest address)
-        extra = sorted((ways[t][1] - ways[t][0], t) for t in range(i, j + 1)
-                       if ways[t] != "free" and t not in moved and ways[t][0] is not None
-                       and ways[t][1] is not None and ways[t][1] < ways[t][0])
-        for _, t in extra:
-            fits = [r for r in room.values() if r[0] >= pieces[t][SIZE]]
-            if fits:
-                r = min(fits, key=lambda r: (r[0], r[1]))
-                destination[t] = r[2]
-                r[0] -= pieces[t][SIZE]
-                r[2] += pieces[t][SIZE]
-                moved.add(t)
-        cost = 0.0
-        for t in range(i, j + 1):
-            if ways[t] != "free":
-                cost = cost + (ways[t][1] if t in moved else ways[t][0])
         moves = [(pieces[t][STORAGE], destination[t]) for t in range(i, j + 1) if t in moved]
         victims = [pieces[t][STORAGE] for t in range(i, j + 1)
                    if ways[t] != "free" and t not in moved]
@@ -704,10 +682,7 @@ class ReferenceArena:
             self._log = log
 
     def _relocate_all(self, moves, move, log):
-        # lowest destination first: moves packed into one free piece take it from its low end
-        news = [None] * len(moves)
-        for k in sorted(range(len(moves)), key=lambda k: moves[k][1]):
-            news[k] = self._carve(moves[k][1], self._piece_of(moves[k][0])[SIZE])
+        news = [self._carve(dst, self._piece_of(sid)[SIZE]) for sid, dst in moves]
         olds = []
         for (sid, dst), new in zip(moves, news):
             old = self._piece_of(sid)
