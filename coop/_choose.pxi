@@ -31,6 +31,8 @@ cdef struct Ranked:
     double after        # ... of those that start after it
     bint unsure         # a cost that is not a number was seen: the bounds say nothing
     int bins            # the free pieces (entries of kind K_FREE) in all
+    double* lbs         # each start's bound (NaN: no window with a plan), up to next - 1
+    size_t next         # the first start without a bound written yet
 
 
 ctypedef Best* BestAt
@@ -84,6 +86,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         out.before = INFINITY
         out.after = INFINITY
         out.unsure = False
+        out.next = 0
     for j in range(total):
         f = flags[j]
         if not (f & keep):
@@ -129,6 +132,11 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                 p_left = p_left + value[lo]
             else:
                 f = flags[lo]
+                while out.next < lo:        # starts without a window
+                    out.lbs[out.next] = NAN
+                    out.next += 1
+                out.next = lo + 1
+                out.lbs[lo] = NAN
                 # a window whose forced movers outnumber the free pieces outside it has no
                 # plan (the full pass drops it too): it neither is the best nor bounds others
                 if taken <= out.bins:
@@ -136,6 +144,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                     out.unsure = out.unsure or cost != cost
                     # below the exact sum (MovePlanner.visit); exactly 0.0 without a costly entry
                     lb = cost - p_right * 1e-10 if costly else 0.0
+                    out.lbs[lo] = lb
                     if lb < out.least or not out.found:
                         # every window seen so far starts before this one
                         if out.found:

@@ -80,6 +80,7 @@ cdef class MovePlanner:
         # (docs/core.md, "Moving": a search that stays cheap)
         cdef Ranked first
         first.bins = <int>self.bins.size()
+        first.lbs = self.lbs.data()
         scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
         self.best_end = 0
         self.best_moved.clear()
@@ -87,7 +88,15 @@ cdef class MovePlanner:
             self.evaluate(first.lo)
         if self.best_end == 0 or not (first.before > self.best_cost
                                       and first.after >= self.best_cost):
-            self.full(total)
+            if first.found and not first.unsure:
+                # the first pass's bounds (one running sum each, no tighter than the full
+                # pass's, never above a plan's): plans best-first from them
+                self.next_lo = first.next      # best_first writes NaN from there on
+                self.least_lo = first.lo
+                self.least = first.least
+                self.best_first(total)
+            else:
+                self.full(total)
         if self.best_end == 0:
             return
         plan.cost = self.best_cost
@@ -265,8 +274,6 @@ cdef class MovePlanner:
         smallest of those differences (+inf: its forced movers have too few destinations)."""
         cdef double* hs = self.scan.h.data()
         cdef double* ms = self.scan.mv.data()
-        cdef double* vs = self.v.data()
-        cdef double* qs = self.q.data()
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* ks = self.kind.data()
         cdef size_t end = lo, covered = 0, extra, i
@@ -277,7 +284,7 @@ cdef class MovePlanner:
         while covered < self.size:
             covered += ss[end]
             k = ks[end]
-            base = base + vs[end] + qs[end]     # v, in the full pass's two lanes (one is 0.0)
+            base = base + (ms[end] if k & K_MOVER else hs[end])    # v (a free entry's h is 0)
             if k & K_FORCED:
                 forced += 1
             elif k & K_MOVER:
