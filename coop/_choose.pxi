@@ -144,6 +144,9 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                     out.unsure = out.unsure or cost != cost
                     # below the exact sum (MovePlanner.visit); exactly 0.0 without a costly entry
                     lb = cost - p_right * 1e-10 if costly else 0.0
+                    # sums so large they overflow (inf - inf): the bounds say nothing, and the
+                    # full pass bounds such a window by -inf
+                    out.unsure = out.unsure or lb != lb
                     out.lbs[lo] = lb
                     if lb < out.least or not out.found:
                         # every window seen so far starts before this one
