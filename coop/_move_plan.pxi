@@ -168,9 +168,10 @@ cdef class MovePlanner:
         return total
 
     cdef void full(self, size_t total) noexcept:
-        """The full pass: the movers' costs in a lane of their own (so a window without movers
-        gets its bound as precisely as the evict-only scan's), each start's bound, then plans
-        best-first."""
+        """The full pass, where a first-pass bound is not a number (sums overflowed): the
+        movers' costs in a lane of their own (so a window without movers gets its bound as
+        precisely as the evict-only scan's), each start's bound (-inf where a sum is not a
+        number), then plans best-first."""
         cdef double* vs = self.v.data()
         cdef double* qs
         cdef unsigned char* ks = self.kind.data()
