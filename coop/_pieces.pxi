@@ -107,12 +107,17 @@ cdef class PieceTable:
         return self.by_offset[deref_offset(it)]
 
     cdef int lowest_fit(self, size_t size) noexcept:
-        """The lowest free piece that holds size, or -1."""
-        cdef int idx = self.first
-        while idx >= 0:
-            if self.at[idx].free and self.at[idx].size >= size:
-                return idx
-            idx = self.at[idx].next
+        """The lowest free piece that holds size, or -1: a sweep of the scan runs (address
+        order, flat arrays) rather than a walk of the piece links, since the used pieces below
+        the first fit (the constants placed there) are many."""
+        cdef int r = self.runs.first, k
+        cdef ScanRun* run
+        while r >= 0:
+            run = &self.runs.runs[r]
+            for k in range(run.count):
+                if run.flags[k] == W_FREE and run.size[k] >= size:
+                    return run.piece[k]
+            r = run.next
         return -1
 
     cdef int take(self, int idx, size_t size, int placement) noexcept:
