@@ -190,16 +190,22 @@ cdef class Chooser:
         plan.start = -1
         plan.pieces = 0
         cdef size_t total, lo, end
-        cdef double cost, ignored
-        cdef bint moving = isfinite(rate) and not self.ideal
+        cdef double cost, ignored, t0, t1, t2
+        cdef bint moving = isfinite(rate) and not self.ideal, found
         if policy == P_NONE:
             return
         if policy == P_COOP:
             # the evict-only window: the choice without moves, and with moves_if_blocked
             # wherever it exists; else the moving window
             if not moving or self.moves_if_blocked:
+                t0 = _monotonic()
                 total = self.fill(now, False)
-                if self.evict_window(size, total, &lo, &end, &cost, &ignored):
+                t1 = _monotonic()
+                found = self.evict_window(size, total, &lo, &end, &cost, &ignored)
+                t2 = _monotonic()
+                self.phases.fill += t1 - t0
+                self.phases.scan += t2 - t1
+                if found:
                     self.take_window(lo, end, cost, victims, plan)
                     return
             if moving:

@@ -18,7 +18,7 @@ cimport cython
 from cython.operator cimport dereference as deref, predecrement
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libcpp.algorithm cimport make_heap, nth_element, pop_heap, sort
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -100,6 +100,11 @@ cdef double _cost_arg(value) except? -1.0:
     if not isfinite(cost) or cost < 0.0:
         raise ValueError(f"cost must be a finite number >= 0, got {value!r}")
     return cost
+
+cdef inline double _monotonic() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 include "_runs.pxi"
 include "_pieces.pxi"

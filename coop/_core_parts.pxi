@@ -72,6 +72,15 @@ cdef struct MovePlan:
     Py_ssize_t pieces          # its number of pieces
 
 
+cdef struct SearchPhases:
+    # where a coop window search spends its time: seconds, then counts
+    double fill                # sweeping the scan runs into the scratch arrays (h, mv, kinds)
+    double scan                # the two-pointer scans: the evict-only window, the moving first pass
+    double plan                # the moving window's plans: best first, bounds, destinations
+    long long plans            # plans evaluated (MovePlanner.evaluate)
+    long long moving           # searches that ran the moving window
+
+
 cdef struct Counters:
     # the eviction loop's counters (Arena.stats)
     long long evictions        # victims evicted by the eviction loop and compaction
@@ -86,6 +95,7 @@ cdef struct Counters:
     double move_cost_sum       # their move costs (size * move_rate)
     long long offloads         # victims that left for the owner's host tier instead
     long long bytes_offloaded  # their piece sizes
+    SearchPhases phases        # the searches' phases, summed (coop's window searches)
 
 
 @cython.final
@@ -180,6 +190,7 @@ cdef class Chooser:
     cdef vector[double] value           # compact_window's scratch: an entry's cost in the window
     cdef vector[size_t] cover           # ... the bytes it frees
     cdef MovePlanner planner            # the window when pieces may move
+    cdef SearchPhases phases            # its last choice's phases (a coop window's; else zero)
     cdef void choose(self, size_t size, int policy, double now, double rate,
                      vector[int]& victims, MovePlan* plan) noexcept
     cdef void choose_one(self, size_t size, int policy, double now, vector[int]& victims) noexcept

@@ -3,12 +3,6 @@
 # storages): victims and movers are kept as storage ids across its calls, never as slots.
 
 
-cdef inline double _monotonic() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
 cdef void _remirror(Arena a, bint offloads) noexcept:
     """Every bound piece's scan entry mirrors its storage with offloads counted or not."""
     a.table.runs.offloads = offloads
@@ -38,6 +32,14 @@ cdef bint _choose(Arena a, size_t size, int code, double now, vector[int]& victi
     return False
 
 
+cdef inline void _add_phases(SearchPhases* total, SearchPhases* one) noexcept:
+    total.fill += one.fill
+    total.scan += one.scan
+    total.plan += one.plan
+    total.plans += one.plans
+    total.moving += one.moving
+
+
 @cython.final
 cdef class EvictionLoop:
     """Arena.c_allocate_or_evict's loop, the carrying out of move plans, and compaction."""
@@ -58,6 +60,11 @@ cdef class EvictionLoop:
             "move_cost": c.move_cost_sum,
             "offloads": c.offloads,
             "bytes_offloaded": c.bytes_offloaded,
+            "search_fill_time": c.phases.fill,
+            "search_scan_time": c.phases.scan,
+            "search_plan_time": c.phases.plan,
+            "plans_evaluated": c.phases.plans,
+            "moving_searches": c.phases.moving,
         }
 
     cdef void lost(self, int slot) noexcept:
@@ -82,10 +89,12 @@ cdef class EvictionLoop:
             off = arena.c_allocate(size, placement, slot)
             if off >= 0:
                 return off
+            memset(&arena.chooser.phases, 0, sizeof(SearchPhases))
             t0 = _monotonic()
             taken = _choose(arena, size, code, now, victims, &plan)
             self.counts.search_time += _monotonic() - t0
             self.counts.searches += 1
+            _add_phases(&self.counts.phases, &arena.chooser.phases)
             free_bytes = arena.capacity - arena.used_bytes
             self.counts.frag_sum += <double>free_bytes / <double>arena.capacity
             if victims.empty() and plan.moves.empty():

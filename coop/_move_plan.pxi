@@ -68,7 +68,9 @@ cdef class MovePlanner:
         exact plan only grows dearer and less feasible as the window grows) and its bound;
         then plans are evaluated best-first (docs/core.md, "Moving")."""
         cdef Chooser scan = self.scan
+        cdef double t0 = _monotonic(), t1, t2
         cdef size_t total = self.fill(now, rate)
+        t1 = _monotonic()
         cdef double* vs = self.v.data()
         cdef unsigned char* ks = self.kind.data()
         cdef size_t* ss = scan.size.data()
@@ -82,6 +84,10 @@ cdef class MovePlanner:
         first.bins = <int>self.bins.size()
         first.lbs = self.lbs.data()
         scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
+        t2 = _monotonic()
+        scan.phases.moving += 1
+        scan.phases.fill += t1 - t0
+        scan.phases.scan += t2 - t1
         self.best_end = 0
         self.best_moved.clear()
         if first.found and not first.unsure:
@@ -97,12 +103,12 @@ cdef class MovePlanner:
                 self.best_first(total)
             else:
                 self.full(total)
-        if self.best_end == 0:
-            return
-        plan.cost = self.best_cost
-        plan.start = <Py_ssize_t>scan.pieces.at[scan.piece[self.best_lo]].offset
-        plan.pieces = <Py_ssize_t>(self.best_end - self.best_lo)
-        self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
+        if self.best_end != 0:
+            plan.cost = self.best_cost
+            plan.start = <Py_ssize_t>scan.pieces.at[scan.piece[self.best_lo]].offset
+            plan.pieces = <Py_ssize_t>(self.best_end - self.best_lo)
+            self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
+        scan.phases.plan += _monotonic() - t2
 
     cdef size_t fill(self, double now, double rate) noexcept:
         """Chooser.fill's sweep for this window, in one pass: the scan's scratch arrays (h, mv,
@@ -313,6 +319,7 @@ cdef class MovePlanner:
         cdef int n_bins = <int>self.bins.size(), movers = 0, forced = 0, free = 0
         cdef size_t end = lo, covered = 0, i
         cdef double cost
+        self.scan.phases.plans += 1
         while covered < self.size:
             covered += ss[end]
             movers += (ks[end] & K_MOVER) != 0

@@ -32,10 +32,26 @@ def evictor(arena, log=None):
     return evict
 
 
-def snapshot(arena, sids=()):
+#: Arena.stats (and replay) keys that are wall times of the search: they differ from run to run
+SEARCH_TIMES = ("search_time", "search_fill_time", "search_scan_time", "search_plan_time")
+#: Arena.stats keys that time the search's phases or count how the core's search works inside:
+#: the plain-Python model (tests/reference_arena.py) chooses by brute force and has none of
+#: them (its stats have search_time alone, its own)
+SEARCH_INTERNALS = frozenset(("search_fill_time", "search_scan_time", "search_plan_time",
+                              "plans_evaluated", "moving_searches"))
+
+
+def comparable_stats(arena):
+    """arena.stats() without what differs between the core and the model by construction (the
+    search's times and the core's search internals)."""
     stats = arena.stats()
-    del stats["search_time"]
-    return arena.pieces(), [arena.storage_info(s) for s in sids], stats
+    for key in SEARCH_INTERNALS | set(SEARCH_TIMES):
+        stats.pop(key, None)
+    return stats
+
+
+def snapshot(arena, sids=()):
+    return arena.pieces(), [arena.storage_info(s) for s in sids], comparable_stats(arena)
 
 
 

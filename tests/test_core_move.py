@@ -10,7 +10,7 @@ import coop
 from coop import CHEAP, EXPENSIVE, NO_STORAGE
 from coop._core import LOG_MOVE
 from reference_arena import ReferenceArena
-from _arena import build, evictor, storages
+from _arena import build, comparable_stats, evictor, storages
 
 
 def _matching(sizes, bins):
@@ -333,9 +333,7 @@ def test_moving_eviction_loops_agree_with_the_reference(seed, rate):
             except MemoryError:
                 out.append("oom")
         arena.check()
-        stats = arena.stats()
-        del stats["search_time"]
-        results.append((out, moved, arena.pieces(), stats, arena.take_log()))
+        results.append((out, moved, arena.pieces(), comparable_stats(arena), arena.take_log()))
     assert results[0] == results[1]
     if first is not None:
         assert results[0][3]["window_moves"] > 0 and results[0][1]
@@ -392,6 +390,32 @@ def test_moving_is_chosen_by_cost_per_piece(Arena):
     arena.move_cost = 16 / 64         # now moving costs 16 > 8: evict both
     assert arena.choose_plan(128, "coop", 0) == {
         "victims": [0, 1], "moves": [], "cost": 9.0, "start": 0, "pieces": 2}
+
+
+@pytest.mark.parametrize("policy, rate", [("coop", 4 / 64), ("coop", math.inf),
+                                          ("dtr", 4 / 64)])
+def test_search_phases_lie_inside_the_search_time(policy, rate):
+    """Arena.stats splits coop's search time into its phases (sweep, scans, the moving window's
+    plans) and counts the plans evaluated: the phases lie inside search_time; the evict-only
+    window (no moves) plans nothing; a loop policy's one pass is search_time alone."""
+    arena = coop.Arena(384)
+    storages(arena, [1, 8])
+    build(arena, [(64, 0), (64, 1), (64, None), (64, "free"), (64, None), (64, "free")])
+    arena.move_cost = rate
+    arena.allocate_or_evict(128, EXPENSIVE, policy, 0, evictor(arena), move=lambda *m: None)
+    s = arena.stats()
+    fill, scan, plan = s["search_fill_time"], s["search_scan_time"], s["search_plan_time"]
+    assert s["searches"] >= 1 and min(fill, scan, plan) >= 0.0
+    assert fill + scan + plan <= s["search_time"]
+    if policy == "dtr":
+        assert fill == scan == plan == 0.0 and s["plans_evaluated"] == s["moving_searches"] == 0
+    elif rate == math.inf:
+        assert fill > 0.0 and scan > 0.0 and plan == 0.0
+        assert s["plans_evaluated"] == s["moving_searches"] == 0
+    else:
+        assert s["searches"] == s["moving_searches"] == 1 and s["plans_evaluated"] >= 1
+        assert fill > 0.0 and scan > 0.0 and plan > 0.0
+    arena.check()
 
 
 def test_evicting_and_moving_compare_on_one_scale(Arena):

@@ -14,6 +14,7 @@ from coop import CHEAP, EXPENSIVE, LOWEST, NO_STORAGE, OutOfMemoryError
 from coop._core import POLICIES
 from coop._core import CallbackOwner
 from coop.errors import InternalError
+from _arena import SEARCH_INTERNALS, comparable_stats
 from reference_arena import CallbackOwner as RefOwner
 from reference_arena import ReferenceArena
 
@@ -78,9 +79,8 @@ class ArenaComparison(RuleBasedStateMachine):
         assert self.state() == before
 
     def state(self):
-        stats = self.core.stats()
-        del stats["search_time"]
-        return self.core.pieces(), [self.core.storage_info(s) for s in self.sids], stats
+        return (self.core.pieces(), [self.core.storage_info(s) for s in self.sids],
+                comparable_stats(self.core))
 
     def info(self, sid):
         return self.ref.storage_info(sid)
@@ -406,7 +406,7 @@ class ArenaComparison(RuleBasedStateMachine):
         for sid in self.removed:
             assert not self.core.has_storage(sid) and not self.ref.has_storage(sid)
         core, ref = self.core.stats(), self.ref.stats()
-        assert core.keys() == ref.keys()
+        assert core.keys() == ref.keys() | SEARCH_INTERNALS
         for key in COUNTERS:
             assert core[key] == ref[key], key
         for key in MEANS:

@@ -24,6 +24,7 @@ import tempfile
 
 import hypothesis.strategies as st
 import pytest
+from _arena import SEARCH_TIMES
 from _gradcheck import deep_mlp, deep_mlp_loss
 from hypothesis import HealthCheck, event, given, settings
 
@@ -306,7 +307,7 @@ def clean_error(error, path):
 
 
 def finite(result):
-    for key in ("compute_overhead", "cost_first", "cost_total", "search_time",
+    for key in ("compute_overhead", "cost_first", "cost_total", *SEARCH_TIMES,
                 "fragmentation_rate", "largest_free_ratio", "wall_time"):
         assert math.isfinite(result[key]), (key, result[key])
     assert result["ratio"] is None or math.isfinite(result["ratio"])

@@ -137,7 +137,9 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
 
     Returns a dict: status ("ok", "oom" or "thrash": stopped once the compute overhead passed
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
-    searches, search_time (s), fragmentation_rate, largest_free_ratio, window_moves,
+    searches, search_time (s) and of it search_fill_time, search_scan_time and search_plan_time
+    (coop's window searches: docs/core.md, Counters), plans_evaluated, moving_searches,
+    fragmentation_rate, largest_free_ratio, window_moves,
     bytes_moved, move_cost (coop's moves: docs/core.md, Moving; the cost is in compute_overhead),
     room_made (times coop moved a kernel's inputs to make room for it), compactions (those
     times it compacted one window to do so), constants_placed (new constants copied down to
@@ -237,6 +239,11 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "bytes_evicted": stats["bytes_evicted"],
         "searches": stats["searches"],
         "search_time": stats["search_time"],
+        "search_fill_time": stats["search_fill_time"],
+        "search_scan_time": stats["search_scan_time"],
+        "search_plan_time": stats["search_plan_time"],
+        "plans_evaluated": stats["plans_evaluated"],
+        "moving_searches": stats["moving_searches"],
         "fragmentation_rate": stats["fragmentation_rate"],
         "failed_allocations": stats["failed_allocations"],
         "largest_free_ratio": stats["largest_free_ratio"],
