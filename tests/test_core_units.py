@@ -426,6 +426,25 @@ def test_lowest_takes_the_first_fit_from_the_low_end(Arena):
     arena.check()
 
 
+def test_lowest_fit_past_many_used_pieces(Arena):
+    """Hundreds of pieces (the core keeps their scan entries in runs of 64): the lowest fit is
+    the first free range from the bottom that holds the request, however many used pieces lie
+    below it, and LOWEST allocates there."""
+    arena = Arena(64 * 400)
+    offsets = [arena.allocate(64, coop.LOWEST) for _ in range(400)]
+    assert offsets == [64 * k for k in range(400)] and arena.lowest_fit(64) == -1
+    for k in (399, 398, 250, 251, 252, 130, 7):       # holes of 64, 192 and 128 bytes
+        arena.free(offsets[k])
+    free = [(off, n) for off, n, is_free, _ in arena.pieces() if is_free]
+    for nbytes in (64, 128, 192, 256):
+        expect = next((off for off, n in free if n >= nbytes), -1)
+        assert arena.lowest_fit(nbytes) == expect, nbytes
+    assert [arena.lowest_fit(n) for n in (64, 128, 192, 256)] == [448, 64 * 250, 64 * 250, -1]
+    assert arena.allocate(128, coop.LOWEST) == 64 * 250
+    assert arena.lowest_fit(128) == 64 * 398 and arena.lowest_fit(64) == 448
+    arena.check()
+
+
 def test_lowest_placement_differs_from_best_fit(Arena):
     arena = Arena(1024)
     _, b, _ = (arena.allocate(n) for n in (64, 256, 64))               # 0, 64, 320
