@@ -5,6 +5,7 @@ and recomputes), and the arena's invariants after a replay runs out of memory.""
 import json
 import os
 import math
+import re
 
 import numpy as np
 import pytest
@@ -596,6 +597,15 @@ def test_coop_replay_prints_the_metrics_per_policy(resnet_trace, capsys):
         and "fragmentation rate" in out
     header = next(line for line in out.splitlines() if "dtr-ideal" in line)
     assert header.split() == ["coop", "dtr", "dtr-ideal"]
+    # coop's search phases are figures; a loop policy that searched has none to show ("-")
+    rows = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", line.strip())
+                                               for line in out.splitlines())}
+    results = [R.replay(resnet_trace, ratio=0.5, policy=p) for p in ("coop", "dtr")]
+    assert results[0]["moving_searches"] == results[0]["searches"] > 0
+    assert rows["moving-window searches"][:2] == [f"{results[0]['searches']:,}", "0"]
+    assert rows["plans evaluated"][0] == f"{results[0]['plans_evaluated']:,}"
+    if results[1]["searches"]:
+        assert rows["two-pointer scans (ms)"][1] == "-"
     assert main(["replay", str(resnet_trace), "--budget", "1GiB", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["policy"] == "coop" and result["budget_bytes"] == 1 << 30
