@@ -102,6 +102,7 @@ cdef double _cost_arg(value) except? -1.0:
     return cost
 
 cdef inline double _monotonic() noexcept nogil:
+    """Seconds on the monotonic clock: the eviction loop's search_time, the searches' phases."""
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
