@@ -276,18 +276,21 @@ cdef class MovePlanner:
     cdef double bound(self, size_t lo, double lb) noexcept:
         """A tighter bound of the window from lo (lb: its bound), never below lb: its own sum
         of v (not a difference of running sums, whose margin grows with the sums before it),
-        plus what its optional movers beyond the free pieces outside it that its forced movers
-        leave add: each is evicted, at h - mv more, so the plan costs at least that sum plus the
-        smallest of those differences (+inf: its forced movers have too few destinations)."""
+        plus what its optional movers that cannot move add: a plan moves at most the matroid's
+        rank of its movers (the most of them with distinct destinations outside, by size), the
+        forced ones among them, so the others are evicted, at h - mv more each: the plan costs at
+        least that sum plus the smallest of those differences (+inf: fewer destinations than
+        forced movers)."""
         cdef double* hs = self.scan.h.data()
         cdef double* ms = self.scan.mv.data()
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* ks = self.kind.data()
-        cdef size_t end = lo, covered = 0, extra, i
-        cdef int forced = 0, free = 0, room
+        cdef size_t end = lo, covered = 0, extra, i, j, n_bins = self.bins.size()
+        cdef int forced = 0, free = 0, room, placed = 0
         cdef double more = 0.0, base = 0.0, tight
         cdef unsigned char k
         self.saving.clear()
+        self.chosen.clear()          # the movers' sizes
         while covered < self.size:
             covered += ss[end]
             k = ks[end]
@@ -296,9 +299,27 @@ cdef class MovePlanner:
                 forced += 1
             elif k & K_MOVER:
                 self.saving.push_back(hs[end] - ms[end])
+            if k & K_MOVER:
+                self.chosen.push_back(ss[end])
             free += (k & K_FREE) != 0
             end += 1
-        room = <int>self.bins.size() - free - forced
+        if <int>n_bins - free - forced < 0:
+            return INFINITY
+        # the most movers that can have distinct destinations outside (the matroid's rank):
+        # largest first against the free pieces outside, largest first
+        sort(self.chosen.begin(), self.chosen.end())
+        i = self.chosen.size()
+        j = 0
+        while i > 0 and j < n_bins:
+            if self.bins[j].second >= lo and self.bins[j].second < end:
+                j += 1
+            elif self.chosen[i - 1] <= SIZE_MAX - self.bins[j].first:
+                placed += 1
+                i -= 1
+                j += 1
+            else:
+                i -= 1           # no destination left holds it
+        room = placed - forced
         if room < 0:
             return INFINITY
         if self.saving.size() > <size_t>room:
