@@ -15,6 +15,7 @@ cdef struct Piece:
     int storage        # bound storage slot; -1 when free or anonymous
     int run            # the scan run holding this piece's entry (found in it by ScanRuns.entry)
     unsigned char free # free pieces are in the free index; never two adjacent
+    unsigned char at_k # where in its run its entry was last seen: a hint, checked before use
 
 
 cdef enum:

@@ -27,7 +27,7 @@ cdef class PieceTable:
             self.pool = self.at[idx].next
         else:
             idx = <int>self.at.size()
-            self.at.push_back(Piece(0, 0, -1, -1, -1, -1, False))
+            self.at.push_back(Piece(0, 0, -1, -1, -1, -1, False, 0))
         cdef Piece* p = &self.at[idx]
         p.offset = offset
         p.size = size

@@ -75,12 +75,19 @@ cdef class ScanRuns:
         self.pool = r
 
     cdef inline int entry(self, int idx) noexcept:
-        """Position of piece idx's entry in its run: a search over all RUN_LEN slots (unused ones
-        hold -1) without an early exit, which the compiler vectorises and the CPU predicts."""
-        cdef ScanRun* run = &self.runs[self.pieces[0][idx].run]
-        cdef int k, pos = 0
+        """Position of piece idx's entry in its run: where it was last seen (Piece.at_k) when it
+        is still there (a shift moves entries without telling their pieces), else a search over
+        all RUN_LEN slots (unused ones hold -1) without an early exit, which the compiler
+        vectorises and the CPU predicts, remembered for next time."""
+        cdef Piece* p = &self.pieces[0][idx]
+        cdef ScanRun* run = &self.runs[p.run]
+        cdef int k, pos = p.at_k
+        if run.piece[pos] == idx:
+            return pos
+        pos = 0
         for k in range(RUN_LEN):
             pos = k if run.piece[k] == idx else pos
+        p.at_k = <unsigned char>pos
         return pos
 
     cdef inline void mirror_piece(self, int idx) noexcept:
@@ -119,6 +126,7 @@ cdef class ScanRuns:
         dst.cprime[k] = src.cprime[j]
         dst.last_access[k] = src.last_access[j]
         self.pieces[0][dst.piece[k]].run = r
+        self.pieces[0][dst.piece[k]].at_k = <unsigned char>k
 
     cdef void shift(self, int r, int k, int end, int by) noexcept:
         """Move entries k..end-1 of run r by `by` (+1 or -1) positions; count is unchanged."""
@@ -173,6 +181,7 @@ cdef class ScanRuns:
         run.cprime[k] = 0.0
         run.last_access[k] = 0.0
         p.run = r
+        p.at_k = <unsigned char>k
         if upper >= 0:
             # an uneven split may leave a small half next to a small neighbor
             self.settle(self.runs[upper].prev)
