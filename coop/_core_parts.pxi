@@ -217,7 +217,8 @@ cdef class MovePlanner:
     cdef size_t least_lo                # ... its start (the number of entries: none)
     cdef vector[pair[double, Py_ssize_t]] heap  # best_first's windows as (-bound, -start)
     cdef vector[double] saving          # bound's scratch: the optional movers' h - mv
-    cdef vector[size_t] outb            # plan's scratch: free sizes outside the window
+    cdef vector[size_t] mover_sizes     # ... the sizes of all its movers
+    cdef vector[size_t] outb            # outside's: free sizes outside the window, largest first
     cdef vector[size_t] chosen          # ... moved sizes, largest first
     cdef vector[unsigned char] moved_flag   # ... moved entries of the window
     cdef vector[int] moved              # ... the plan's moved entries
@@ -237,6 +238,7 @@ cdef class MovePlanner:
     cdef void best_first(self, size_t total) noexcept
     cdef void evaluate(self, size_t lo) noexcept
     cdef double bound(self, size_t lo, double lb) noexcept
+    cdef void outside(self, size_t lo, size_t end, size_t most) noexcept
     cdef bint plan(self, size_t lo, size_t end, double rate, vector[size_t]& outb,
                    vector[int]& moved, double* cost) noexcept
     cdef void destinations(self, size_t best_lo, size_t best_end, vector[int]& best_moved,

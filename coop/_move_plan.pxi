@@ -285,12 +285,12 @@ cdef class MovePlanner:
         cdef double* ms = self.scan.mv.data()
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* ks = self.kind.data()
-        cdef size_t end = lo, covered = 0, extra, i, j, n_bins = self.bins.size()
+        cdef size_t end = lo, covered = 0, extra, i, j
         cdef int forced = 0, free = 0, room, placed = 0
         cdef double more = 0.0, base = 0.0, tight
         cdef unsigned char k
         self.saving.clear()
-        self.chosen.clear()          # the movers' sizes
+        self.mover_sizes.clear()
         while covered < self.size:
             covered += ss[end]
             k = ks[end]
@@ -300,25 +300,22 @@ cdef class MovePlanner:
             elif k & K_MOVER:
                 self.saving.push_back(hs[end] - ms[end])
             if k & K_MOVER:
-                self.chosen.push_back(ss[end])
+                self.mover_sizes.push_back(ss[end])
             free += (k & K_FREE) != 0
             end += 1
-        if <int>n_bins - free - forced < 0:
+        if <int>self.bins.size() - free - forced < 0:
             return INFINITY
         # the most movers that can have distinct destinations outside (the matroid's rank):
         # largest first against the free pieces outside, largest first
-        sort(self.chosen.begin(), self.chosen.end())
-        i = self.chosen.size()
+        self.outside(lo, end, self.mover_sizes.size())
+        sort(self.mover_sizes.begin(), self.mover_sizes.end())
+        i = self.mover_sizes.size()
         j = 0
-        while i > 0 and j < n_bins:
-            if self.bins[j].second >= lo and self.bins[j].second < end:
-                j += 1
-            elif self.chosen[i - 1] <= SIZE_MAX - self.bins[j].first:
+        while i > 0 and j < self.outb.size():
+            if self.mover_sizes[i - 1] <= self.outb[j]:
                 placed += 1
-                i -= 1
                 j += 1
-            else:
-                i -= 1           # no destination left holds it
+            i -= 1               # placed, or no destination left holds it
         room = placed - forced
         if room < 0:
             return INFINITY
@@ -332,13 +329,23 @@ cdef class MovePlanner:
         tight = (base + more) * (1.0 - 1e-10)
         return tight if tight > lb else lb
 
+    cdef void outside(self, size_t lo, size_t end, size_t most) noexcept:
+        """outb: the sizes of the free pieces outside entries lo..end-1, largest first (then
+        lowest address), at most `most` of them."""
+        cdef size_t i = 0
+        self.outb.clear()
+        while self.outb.size() < most and i < self.bins.size():
+            if self.bins[i].second < lo or self.bins[i].second >= end:
+                self.outb.push_back(SIZE_MAX - self.bins[i].first)
+            i += 1
+
     cdef void evaluate(self, size_t lo) noexcept:
         """The plan of the smallest window from lo that covers the request; the best so far
         when it is cheaper, or as cheap and starts lower."""
         cdef size_t* ss = self.scan.size.data()
         cdef unsigned char* ks = self.kind.data()
         cdef int n_bins = <int>self.bins.size(), movers = 0, forced = 0, free = 0
-        cdef size_t end = lo, covered = 0, i
+        cdef size_t end = lo, covered = 0
         cdef double cost
         self.scan.phases.plans += 1
         while covered < self.size:
@@ -349,14 +356,8 @@ cdef class MovePlanner:
             end += 1
         if forced > n_bins - free:      # plan needs a destination outside for each
             return
-        # the largest destinations outside, as many as there are pieces that may move (a plan
-        # never uses more)
-        self.outb.clear()
-        i = 0
-        while <int>self.outb.size() < movers and i < <size_t>n_bins:
-            if self.bins[i].second < lo or self.bins[i].second >= end:
-                self.outb.push_back(SIZE_MAX - self.bins[i].first)
-            i += 1
+        # as many destinations as there are pieces that may move (a plan never uses more)
+        self.outside(lo, end, <size_t>movers)
         if self.plan(lo, end, self.rate, self.outb, self.moved, &cost):
             if self.best_end == 0 or cost < self.best_cost or \
                     (cost == self.best_cost and lo < self.best_lo):
