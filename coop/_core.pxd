@@ -39,6 +39,7 @@ cdef class AllocLog:
     cdef void c_restart(self) noexcept
 
 
+@cython.no_gc_clear
 cdef class Arena:
     cdef readonly size_t capacity       # usable bytes: the budget rounded down to the alignment
     cdef readonly size_t alignment      # a power of two

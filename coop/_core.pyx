@@ -221,6 +221,7 @@ cdef object _oom(Arena a, size_t size, policy):
         size, a.capacity, free_bytes, largest, pinned, walls, window)
 
 
+@cython.no_gc_clear
 cdef class Arena:
     """A contiguous range of ``capacity`` bytes cut into pieces, with per-storage eviction data."""
 

@@ -122,6 +122,7 @@ cdef class ScanRuns:
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class PieceTable:
     cdef vector[Piece] at               # piece slots; address order via prev/next
     cdef int first                      # piece at offset 0
@@ -148,6 +149,7 @@ cdef class PieceTable:
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class Storages:
     cdef vector[Storage] at             # storage slots
     cdef vector[vector[int]] adjacency  # per storage slot: neighbor slots (symmetric)

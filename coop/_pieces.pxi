@@ -8,6 +8,7 @@ cdef inline size_t deref_offset(cset[SizeOffset].iterator it) noexcept:
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class PieceTable:
     """Pieces tiling [0, space): one free piece at first."""
 

@@ -21,6 +21,7 @@ cdef inline void _remove(vector[int]& items, int value) noexcept:
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class Storages:
     """The registered storages of one piece table, by slot and by the owner's id."""
 

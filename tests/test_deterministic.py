@@ -135,7 +135,9 @@ def test_a_gpt_on_the_device_trains_bit_identically_under_a_budget():
         return losses, model.state_dict(), rt.stats()
 
     losses, state, stats = train("256MiB")      # conftest restores CuPy's allocator after
-    small, small_state, small_stats = train(int(0.5 * stats["peak_used_bytes"]))
+    # 0.7 of the peak: at 0.6 and below this tiny model's first step cannot hold one GELU
+    # backward's temporaries beside its constants (the host backend fails there alike)
+    small, small_state, small_stats = train(int(0.7 * stats["peak_used_bytes"]))
     assert small_stats["recomputes"] > 0
     assert small == losses
     for name, value in state.items():

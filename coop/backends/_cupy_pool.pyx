@@ -9,6 +9,8 @@ through Python, from C. Imported only by the CuPy backend: importing it imports 
 
 Layer: coop.backends; cimports the core only.
 """
+cimport cython
+
 from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
@@ -18,11 +20,17 @@ cdef object _has_hooks = memory_hook._has_memory_hooks
 cdef object _get_hooks = memory_hook.get_memory_hooks
 
 
+@cython.no_gc_clear
 cdef class PieceOwner:
     """Owner of one arena piece: CuPy drops it with the piece's last view, which frees it.
 
     Its free may run inside an eviction (the runtime drops the victims' last views from the
-    arena's evict callback): the core allows that re-entry under the GIL."""
+    arena's evict callback): the core allows that re-entry under the GIL.
+
+    The garbage collector never clears it (no_gc_clear): an array caught in a reference cycle
+    still frees its piece, into an arena the collector leaves intact too (the core's arena is
+    no_gc_clear as well). Its free reads nothing from ``home`` but the stream order, which a
+    collected pool may have lost (then there is nothing to order)."""
     cdef readonly object home          # the pool's _DeviceArena: keeps arena and memory alive
     cdef Arena arena                   # home.arena, for the C free
     cdef readonly size_t offset        # the piece's offset in the arena
@@ -30,6 +38,8 @@ cdef class PieceOwner:
     cdef public object stream_key      # the stream its free is ordered on: the one it was
                                        # allocated on, or the one a move read it on last
     cdef readonly Py_ssize_t memory_id # id() of its UnownedMemory, the hooks' pmem_id
+    cdef readonly size_t ptr           # the piece's address (base + offset), for the hooks
+    cdef readonly int device_id        # its device, for the hooks
 
     def __dealloc__(self):
         if self.arena is None:
@@ -37,9 +47,8 @@ cdef class PieceOwner:
         if _has_hooks():
             hooks = _get_hooks()
             if hooks:
-                home = self.home
-                info = dict(device_id=home.device_id, mem_size=self.nbytes,
-                            mem_ptr=home.base + self.offset, pmem_id=self.memory_id)
+                info = dict(device_id=self.device_id, mem_size=self.nbytes,
+                            mem_ptr=self.ptr, pmem_id=self.memory_id)
                 for hook in hooks.values():
                     hook.free_preprocess(**info)
                 try:
@@ -53,7 +62,7 @@ cdef class PieceOwner:
     cdef _free(self):
         self.arena.c_free(self.offset)
         home = self.home
-        order = home.order
+        order = getattr(home, "order", None)   # a collected home has lost its slots
         if order is not None:   # several streams: note the free for stream ordering
             with home.lock:
                 if home.order is not None:
@@ -70,6 +79,8 @@ def adopt(home, Arena arena, size_t base, size_t offset, size_t nbytes, stream_k
     piece.offset = offset
     piece.nbytes = arena.request_size(nbytes)
     piece.stream_key = stream_key
+    piece.ptr = base + offset
+    piece.device_id = device_id
     memory = UnownedMemory(base + offset, nbytes, piece, device_id)
     piece.memory_id = id(memory)
     return MemoryPointer(memory, 0)

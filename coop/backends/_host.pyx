@@ -23,6 +23,7 @@ the arena calls no Python code while its structures are inconsistent.
 
 Layer: coop.backends; cimports and imports the core, imports coop.backends.base; nothing above.
 """
+cimport cython
 from cpython.pycapsule cimport PyCapsule_GetContext, PyCapsule_GetPointer, PyCapsule_New
 from cpython.pycapsule cimport PyCapsule_SetContext
 from cpython.ref cimport Py_DECREF, Py_INCREF
@@ -71,8 +72,13 @@ cdef void _release_backend(object capsule) noexcept:
         Py_DECREF(<object>backend)
 
 
+@cython.no_gc_clear
 cdef class HostBackend:
-    """A host buffer, its arena, and the NumPy memory handler that allocates from them."""
+    """A host buffer, its arena, and the NumPy memory handler that allocates from them.
+
+    The garbage collector never clears it (no_gc_clear): NumPy's frees reach it from arrays
+    that may die in the same collection, and need its arena (the core's arena is no_gc_clear
+    too)."""
 
     cdef readonly Arena arena          # pieces of buf; the handler's frees come back here
     cdef char* buf                     # capacity bytes aligned to the alignment; NULL once freed
