@@ -23,6 +23,7 @@ ROWS = [  # (row, the sections it reads)
     ("malloc/free vs CuPy", ["bench_alloc"]),
     ("GPT bit-exact 0.5x", ["gpt"]),
     ("GPT dropout 0.5x", ["gpt_dropout"]),
+    ("GPT larger 0.6x", ["gpt_large"]),
     ("timing overhead", ["probes"]),
     ("host tier", ["probes"]),
 ]
@@ -134,16 +135,21 @@ def row(out, name, section, status):
                 ratios.append(f"{size} B: coop {r['coop pool.malloc']:.2f} us, CuPy "
                               f"{r['cupy pool.malloc']:.2f} us")
         return rc == "0" and bool(ratios), "; ".join(ratios) or "CuPy's pool not measured"
-    if section in ("gpt", "gpt_dropout"):
+    if section in ("gpt", "gpt_dropout", "gpt_large"):
         runs = [path for path in sorted(glob.glob(os.path.join(out, "gpt_cupy_dropout*.json")))
-                if path.endswith("dropout0.0.json") == (section == "gpt")]
+                if ("_model" in path) == (section == "gpt_large") and
+                (section == "gpt_large" or path.endswith("dropout0.0.json") == (section == "gpt"))]
         result = load(runs[-1]) if runs else None
         if not result:
             return False, "no result"
         part = result["ratio"]
-        return bool(result["bitexact"]), (f"{'bit-exact' if result['bitexact'] else 'DIFFERS'}, "
-                                          f"{part['evictions']} evictions, "
-                                          f"{part['recomputes']} recomputes")
+        detail = (f"{'bit-exact' if result['bitexact'] else 'DIFFERS'}, "
+                  f"{part['evictions']} evictions, {part['recomputes']} recomputes")
+        warm = result.get("unlimited_warm")
+        if warm:
+            detail += (f"; peak {result['unlimited']['peak'] / 2**20:.0f} MiB, wall time "
+                       f"{part['seconds'] / warm['seconds']:.2f}x the unlimited run's")
+        return bool(result["bitexact"]), detail
     return rc == "0", ""
 
 

@@ -27,7 +27,8 @@ def write(out, name, text):
 
 def gpu_run(out, *, failed_test=False, differs=False):
     status = [("build", 0, 50), ("collect", 0, 9), ("collect_nompi", 0, 9), ("tests", 0, 80),
-              ("probes", 0, 40), ("bench_alloc", 0, 30), ("gpt", 0, 60), ("gpt_dropout", 0, 40)]
+              ("probes", 0, 40), ("bench_alloc", 0, 30), ("gpt", 0, 60), ("gpt_dropout", 0, 40),
+              ("gpt_large", 0, 90)]
     write(out, "status.tsv", "".join(f"{n}\t{rc}\t{s}\t\n" for n, rc, s in status))
     write(out, "collect.log", "...\n101/1984 tests collected (1883 deselected) in 3.2s\n")
     write(out, "collect_nompi.log", "ERROR tests/test_bench.py\n100/1974 tests collected "
@@ -46,6 +47,10 @@ def gpu_run(out, *, failed_test=False, differs=False):
     for dropout, same in (("0.0", not differs), ("0.1", True)):
         write(out, f"gpt_cupy_dropout{dropout}.json", json.dumps({
             "bitexact": same, "ratio": {"evictions": 12, "recomputes": 30}}))
+    write(out, "gpt_cupy_dropout0.0_model8-8-512-256-32.json", json.dumps({
+        "bitexact": True, "ratio": {"evictions": 70, "recomputes": 90, "seconds": 6.0},
+        "unlimited": {"peak": 3 << 30, "seconds": 9.0},
+        "unlimited_warm": {"peak": 3 << 30, "seconds": 5.0}}))
 
 
 def test_a_passing_gpu_run_reads_ok_in_every_row_but_a_collection_error(tmp_path):
@@ -56,6 +61,9 @@ def test_a_passing_gpu_run_reads_ok_in_every_row_but_a_collection_error(tmp_path
     assert rows["host tier"] == ("ok", "tests 20 passed; d2h 50.1 GB/s")
     assert rows["malloc/free vs CuPy"] == ("ok", "512 B: coop 1.50 us, CuPy 1.25 us")
     assert rows["GPT bit-exact 0.5x"] == ("ok", "bit-exact, 12 evictions, 30 recomputes")
+    assert rows["GPT dropout 0.5x"] == ("ok", "bit-exact, 12 evictions, 30 recomputes")
+    assert rows["GPT larger 0.6x"] == ("ok", "bit-exact, 70 evictions, 90 recomputes; peak "
+                                             "3072 MiB, wall time 1.20x the unlimited run's")
     assert rows["timing overhead"] == ("ok", "x1.08")
     assert rows["collect"] == ("ok", "101 cuda tests collected")
     assert rows["collect, no libmpi"][0] == "FAIL" and "tests/test_bench.py" in \
@@ -75,7 +83,8 @@ def test_a_failing_test_file_and_a_differing_gpt_fail_their_rows_only(tmp_path):
 
 def test_without_a_device_every_gpu_row_reads_no_device(tmp_path):
     write(tmp_path, "status.tsv", "build\t0\t60\t\ncollect\t0\t9\t\ncollect_nompi\t0\t9\t\n" + "".join(
-        f"{n}\t-\t-\tno device\n" for n in ("tests", "probes", "bench_alloc", "gpt", "gpt_dropout")))
+        f"{n}\t-\t-\tno device\n" for n in ("tests", "probes", "bench_alloc", "gpt", "gpt_dropout",
+                                            "gpt_large")))
     write(tmp_path, "collect.log", "101/1984 tests collected (1883 deselected) in 3.2s\n")
     write(tmp_path, "collect_nompi.log", "100/1974 tests collected (1874 deselected) in 3.0s\n")
     rc, rows = summarize(tmp_path)
