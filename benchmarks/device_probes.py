@@ -265,7 +265,7 @@ def host_link():
                 if i:
                     times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
             curve[f"{way} {size >> 10} KiB"] = size / float(np.median(times))
-    results["host_link_curve_bytes_per_s"] = curve
+    results["host_link_curve_bytes_per_s"] = list(curve.items())   # numbers: no dict
     report("host_link_small_copies", None,
            ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in curve.items()))
     cupy.cuda.set_allocator(None)

@@ -41,7 +41,8 @@ def gpu_run(out, *, failed_test=False, differs=False):
         "reservation": {"ok": True, "detail": ""}, "costs": {"ok": None, "detail": ""},
         "timing_overhead": {"ok": True, "detail": "x1.08"}, "timing_overhead_ratio": 1.08,
         "host_tier_round_trip": {"ok": not differs, "detail": "d2h 50.1 GB/s"},
-        "host_tier_d2h_bytes_per_s": 50.1e9}))
+        "host_tier_d2h_bytes_per_s": 50.1e9,
+        "host_link_curve_bytes_per_s": [["h2d 64 KiB", 3.8e9], ["d2h 64 KiB", 4.2e9]]}))
     write(out, "alloc.json", json.dumps({"gpu": True, "rows": {"512": {
         "coop pool.malloc": 1.5, "cupy pool.malloc": 1.25}}}))
     for dropout, same in (("0.0", not differs), ("0.1", True)):
