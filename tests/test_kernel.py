@@ -57,14 +57,14 @@ def test_a_device_spec_with_a_rate_that_is_not_positive_and_finite_is_refused(fi
 
 # the host link per device (coop/engine/cost.py cites each figure): (h2d, d2h) bytes/s
 HOST_LINKS = {"a100-80gb": (25e9, 25e9), "a100-40gb": (25e9, 25e9), "h100": (35e9, 53e9),
-              "h100-pcie": (35e9, 53e9), "h200": (35e9, 53e9), "cpu": (10e9, 10e9)}
+              "h100-pcie": (35e9, 53e9), "h200": (54.5e9, 54.4e9), "cpu": (10e9, 10e9)}
 
 
 def test_every_device_has_its_host_links_rates():
     assert {name: (d.h2d_bytes_per_s, d.d2h_bytes_per_s) for name, d in DEVICES.items()} \
         == HOST_LINKS
     h200 = DEVICES["h200"]
-    assert (h200.h2d_ns_per_byte, h200.d2h_ns_per_byte) == (1e9 / 35e9, 1e9 / 53e9)
+    assert (h200.h2d_ns_per_byte, h200.d2h_ns_per_byte) == (1e9 / 54.5e9, 1e9 / 54.4e9)
     assert DEVICES["a100-80gb"].h2d_ns_per_byte == DEVICES["a100-80gb"].d2h_ns_per_byte == 0.04
     # the host's "link" is a memcpy within its memory: the same rate as a copy on the device
     assert DEVICES["cpu"].h2d_ns_per_byte == DEVICES["cpu"].copy_ns_per_byte == 0.1

@@ -89,14 +89,20 @@ class DeviceSpec:
 #   nvbandwidth measures on A100 SXM4 nodes with pinned memory (host to device 25.13 GB/s on an
 #   A100-SXM4-40GB, NVIDIA/nvbandwidth issue 42; device to host about 25 GB/s on an
 #   A100-SXM4-80GB, issue 53).
-# - H100, H200 (PCIe Gen5 x16, 63 GB/s per direction in theory): 35 GB/s host to device and
+# - H100 (PCIe Gen5 x16, 63 GB/s per direction in theory): 35 GB/s host to device and
 #   53 GB/s device to host, nvbandwidth's kernel-driven copies (memcpy_sm) measured on H100
-#   nodes (35.2 and 52.8 GB/s, NVIDIA/nvbandwidth issue 24); the H200 and the H100 PCIe card
-#   sit on the same Gen5 x16 link.
+#   nodes (35.2 and 52.8 GB/s, NVIDIA/nvbandwidth issue 24); the H100 PCIe card sits on the
+#   same Gen5 x16 link.
+# - H200 (the same Gen5 x16 link): 54.5 GB/s host to device and 54.4 GB/s device to host, what
+#   benchmarks/device_check.sh measured on one (copy-engine copies of 256 MiB between pinned
+#   host memory and the device on a non-blocking stream, as the host tier copies, median of 5;
+#   54.8 and 54.5 GB/s in an earlier run the same day). Smaller copies pay a fixed cost the
+#   model leaves out: 64 KiB moved at about 4 GB/s, 1 MiB at 30 GB/s, 16 MiB at 51 GB/s.
 # - cpu: "the host" is the same memory, so a copy is a memcpy: it reads and writes each byte,
 #   10 GB/s each way at its 20 GB/s bandwidth (1 / copy_ns_per_byte).
 _GEN4 = dict(h2d_bytes_per_s=25e9, d2h_bytes_per_s=25e9)
 _GEN5 = dict(h2d_bytes_per_s=35e9, d2h_bytes_per_s=53e9)
+_H200_LINK = dict(h2d_bytes_per_s=54.5e9, d2h_bytes_per_s=54.4e9)
 
 DEVICES = {
     # NVIDIA data sheets: fp32 (non-tensor-core) peak and HBM bandwidth
@@ -104,7 +110,7 @@ DEVICES = {
     "a100-40gb": DeviceSpec("a100-40gb", 19.5e12, 1.555e12, 0.0, **_GEN4),   # SXM4 40GB
     "h100": DeviceSpec("h100", 67e12, 3.35e12, 0.0, **_GEN5),                # SXM5 80GB, HBM3
     "h100-pcie": DeviceSpec("h100-pcie", 51e12, 2.0e12, 0.0, **_GEN5),       # PCIe 80GB, HBM2e
-    "h200": DeviceSpec("h200", 67e12, 4.8e12, 0.0, **_GEN5),                 # SXM 141GB, HBM3e
+    "h200": DeviceSpec("h200", 67e12, 4.8e12, 0.0, **_H200_LINK),            # SXM 141GB, HBM3e
     # a rough 2-core host, for examples that model rather than time
     "cpu": DeviceSpec("cpu", 100e9, 20e9, 0.0, h2d_bytes_per_s=10e9, d2h_bytes_per_s=10e9),
 }
