@@ -559,7 +559,7 @@ class _BoundPool(Backend):
     #: never compacted in place: an overlapping device copy is not done here
     can_move = True
     #: the host tier: to_host, from_host and free_host copy through pinned host memory on a
-    #: copy stream (an offloading policy's offloads; not yet run on a GPU)
+    #: copy stream (an offloading policy's offloads; run on an H200 by the device check)
     can_offload = True
     #: no copies out ahead: to_host makes the current stream wait for its copy (so a piece
     #: freed right after it is safe), which would hold up the compute after a copy ahead
