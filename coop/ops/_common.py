@@ -118,6 +118,24 @@ def fresh(xp, a):
     return xp.array(a, copy=True)
 
 
+# ---- a kernel's steps in arrays it made (fewer temporaries; the same values) -------------------
+
+
+def own(xp, a):
+    """a, a new array a kernel computed, as an array it may write into: NumPy gives a scalar,
+    not an array, for arithmetic on 0-d arrays."""
+    return a if isinstance(a, xp.ndarray) else xp.asarray(a)
+
+
+def into(xp, ufunc, a, b, out):
+    """ufunc(a, b), written into out (an array the kernel made, possibly a or b) when out's
+    dtype is the result's, else a new array: ufunc(a, b)'s values either way. For operands
+    of two arrays whose dtypes may differ (a gradient and a saved activation)."""
+    if out.dtype == xp.result_type(a, b):
+        return ufunc(a, b, out=out)
+    return ufunc(a, b)
+
+
 def index_add(xp, indices, values, num):
     """out[v] = the sum of values[k] over the positions k of indices (C order) where
     indices[k] == v, adding in that order; out is (num,) + values.shape[indices.ndim:].

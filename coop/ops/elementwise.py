@@ -12,10 +12,12 @@ from coop.ops._common import (
     check_tensors,
     elementwise_flops,
     fresh,
+    into,
     is_scalar,
     like,
     numel,
     op_kernel,
+    own,
     sum_to,
     unary_op,
 )
@@ -26,20 +28,64 @@ from coop.ops._common import (
 _GELU_C = math.sqrt(2.0 / math.pi)
 
 
+# The kernels below write their intermediate values into arrays they own (out=) instead of
+# leaving each step a new array: CuPy makes a new device array for every step of an
+# expression (NumPy reuses some temporaries, CuPy none), and a kernel's temporaries are pinned
+# in the arena beside its inputs while it runs, so they set how small a budget can get. Every
+# step is the same IEEE operation on the same operands as the plain expression, in the same
+# order (only commutative operands swap), so the results are the expression's bit for bit
+# (tests/test_kernel_temporaries.py holds the expressions and checks it).
+
+
+def _gelu_tanh(xp, x):
+    """tanh(sqrt(2/pi) (x + 0.044715 x^3)), in one new array."""
+    t = own(xp, 0.044715 * x)
+    t *= x
+    t *= x
+    xp.add(x, t, out=t)
+    t *= _GELU_C
+    return xp.tanh(t, out=t)
+
+
 def _gelu(xp, x):
-    return 0.5 * x * (1.0 + xp.tanh(_GELU_C * (x + 0.044715 * x * x * x)))
+    # 0.5 * x * (1.0 + tanh(...)): two arrays
+    y = own(xp, 0.5 * x)
+    t = _gelu_tanh(xp, x)
+    t += 1.0
+    y *= t
+    return y
 
 
 def _gelu_derivative(xp, x, g):
-    t = xp.tanh(_GELU_C * (x + 0.044715 * x * x * x))
-    return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x))
+    # g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)):
+    # three arrays (the expression's, with NumPy's reuse of temporaries, five)
+    t = _gelu_tanh(xp, x)
+    d = own(xp, 1.0 + t)
+    d *= 0.5
+    xp.multiply(t, t, out=t)
+    xp.subtract(1.0, t, out=t)
+    s = own(xp, 0.5 * x)
+    s *= t
+    s *= _GELU_C
+    xp.multiply(3 * 0.044715, x, out=t)
+    t *= x
+    t += 1.0
+    s *= t
+    d += s
+    return into(xp, xp.multiply, g, d, d)
+
+
+def _tanh_derivative(xp, y, g):
+    # g * (1 - y * y), in one array
+    d = own(xp, y * y)
+    xp.subtract(1, d, out=d)
+    return into(xp, xp.multiply, g, d, d)
 
 
 exp = unary_op("exp", lambda xp, x: xp.exp(x), lambda xp, y, g: g * y, saves="y")
 log = unary_op("log", lambda xp, x: xp.log(x), lambda xp, x, g: g / x)
 sqrt = unary_op("sqrt", lambda xp, x: xp.sqrt(x), lambda xp, y, g: 0.5 * g / y, saves="y")
-tanh = unary_op("tanh", lambda xp, x: xp.tanh(x), lambda xp, y, g: g * (1 - y * y), saves="y",
-              flops=4)
+tanh = unary_op("tanh", lambda xp, x: xp.tanh(x), _tanh_derivative, saves="y", flops=4)
 sigmoid = unary_op("sigmoid", lambda xp, x: xp.exp(-xp.logaddexp(0, -x)),
                  lambda xp, y, g: g * y * (1 - y), saves="y", flops=4)
 relu = unary_op("relu", lambda xp, x: xp.maximum(x, 0), lambda xp, y, g: g * (y > 0), saves="y")

@@ -9,9 +9,11 @@ from coop.ops._common import (
     check_tensors,
     elementwise_flops,
     index_add,
+    into,
     like,
     numel,
     op_kernel,
+    own,
     unary_op,
 )
 from coop.ops.elementwise import add, mul, sigmoid, tanh
@@ -21,27 +23,42 @@ from coop.ops.shape import getitem
 # ---- softmax ----------------------------------------------------------------------------------
 
 
+# Each kernel writes its steps into the arrays it made (out=), as coop/ops/elementwise.py
+# explains: the same operations as the plain expressions, bit for bit, with fewer arrays live.
+
+
 def _shifted(x, axis):
     return x - x.max(axis=axis, keepdims=True)
 
 
 def _softmax(xp, x, axis):
-    e = xp.exp(_shifted(x, axis))
+    e = own(xp, _shifted(x, axis))   # one array: exp(x - max) / sum
+    e = xp.exp(e, out=e) if e.dtype.kind in "fc" else xp.exp(e)   # integers: a float array
     e /= e.sum(axis=axis, keepdims=True)
     return e
 
 
 def _log_softmax(xp, x, axis):
-    s = _shifted(x, axis)
-    return s - xp.log(xp.exp(s).sum(axis=axis, keepdims=True))
+    s = own(xp, _shifted(x, axis))   # s - log(sum(exp(s))): two arrays
+    return into(xp, xp.subtract, s, xp.log(xp.exp(s).sum(axis=axis, keepdims=True)), s)
 
 
-_softmax_op = unary_op("softmax", _softmax,
-                       lambda xp, y, g, axis: y * (g - (g * y).sum(axis=axis, keepdims=True)),
-                       saves="y", flops=5)
-_log_softmax_op = unary_op("log_softmax", _log_softmax,
-                           lambda xp, y, g, axis: g - xp.exp(y) * g.sum(axis=axis, keepdims=True),
-                           saves="y", flops=5)
+def _softmax_derivative(xp, y, g, axis):
+    d = own(xp, g * y)               # y * (g - sum(g * y)): one array
+    xp.subtract(g, d.sum(axis=axis, keepdims=True), out=d)
+    d *= y
+    return d
+
+
+def _log_softmax_derivative(xp, y, g, axis):
+    d = own(xp, xp.exp(y))           # g - exp(y) * sum(g): one array
+    d = into(xp, xp.multiply, d, g.sum(axis=axis, keepdims=True), d)
+    return into(xp, xp.subtract, g, d, d)
+
+
+_softmax_op = unary_op("softmax", _softmax, _softmax_derivative, saves="y", flops=5)
+_log_softmax_op = unary_op("log_softmax", _log_softmax, _log_softmax_derivative, saves="y",
+                           flops=5)
 
 
 def softmax(x, axis=-1):

@@ -7,22 +7,29 @@ statistics IN PLACE (an inplace kernel, so the runtime keeps every version recom
 in eval mode it uses the running statistics (composed of elementwise ops).
 """
 from coop.autograd.tape import no_grad, record
-from coop.ops._common import check_tensors, elementwise_flops, like, op_kernel, sum_to
+from coop.ops._common import check_tensors, elementwise_flops, into, like, op_kernel, own, sum_to
 from coop.ops.elementwise import add, div, mul, sqrt, sub
 from coop.ops.shape import reshape
 
 
+# The kernels write their steps into the arrays they made (out=), as coop/ops/elementwise.py
+# explains: the plain expressions' operations, bit for bit, with fewer arrays live.
+
+
 def _normalized(xp, x, axes, eps):
+    """(x - mean) * invstd in one new array (a second lives while the variance is taken),
+    with mean, var and invstd."""
     mean = x.mean(axis=axes, keepdims=True)
-    centered = x - mean
-    var = (centered * centered).mean(axis=axes, keepdims=True)
+    xhat = own(xp, x - mean)
+    var = (xhat * xhat).mean(axis=axes, keepdims=True)
     invstd = 1.0 / xp.sqrt(var + eps)
-    return centered * invstd, mean, var, invstd
+    return into(xp, xp.multiply, xhat, invstd, xhat), mean, var, invstd
 
 
 def _forward(x, w, b, xp, axes, eps, wshape, stats=False):
-    xhat, mean, var, _ = _normalized(xp, x, axes, eps)
-    y = xhat * w.reshape(wshape) + b.reshape(wshape)
+    y, mean, var, _ = _normalized(xp, x, axes, eps)    # xhat * w + b, in xhat's array
+    y = into(xp, xp.multiply, y, w.reshape(wshape), y)
+    y = into(xp, xp.add, y, b.reshape(wshape), y)
     if not stats:
         return y
     m = x.size // mean.size
@@ -30,11 +37,19 @@ def _forward(x, w, b, xp, axes, eps, wshape, stats=False):
 
 
 def _backward(x, w, g, xp, axes, eps, wshape):
+    # dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = g * w: three
+    # arrays (xhat, dxhat, dx; the expression's five)
     xhat, _, _, invstd = _normalized(xp, x, axes, eps)
-    dxhat = g * w.reshape(wshape)
-    dx = invstd * (dxhat - dxhat.mean(axis=axes, keepdims=True)
-                   - xhat * (dxhat * xhat).mean(axis=axes, keepdims=True))
-    return dx, sum_to(g * xhat, wshape).reshape(w.shape), sum_to(g, wshape).reshape(w.shape)
+    dxhat = own(xp, g * w.reshape(wshape))
+    mean_dxhat = dxhat.mean(axis=axes, keepdims=True)
+    dx = own(xp, dxhat * xhat)
+    mean_dxhat_xhat = dx.mean(axis=axes, keepdims=True)
+    dx = into(xp, xp.subtract, dxhat, mean_dxhat, dx)
+    dxhat = into(xp, xp.multiply, xhat, mean_dxhat_xhat, dxhat)
+    dx = into(xp, xp.subtract, dx, dxhat, dx)
+    dx = into(xp, xp.multiply, invstd, dx, dx)
+    gx = into(xp, xp.multiply, g, xhat, dxhat)
+    return dx, sum_to(gx, wshape).reshape(w.shape), sum_to(g, wshape).reshape(w.shape)
 
 
 def _forward_rule(x, w, b, stats=False, **attrs):

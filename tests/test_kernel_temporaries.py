@@ -1,0 +1,193 @@
+"""The kernels that write their steps into arrays they made (GELU, tanh's backward, softmax,
+log_softmax and their backwards, layer norm): bit for bit the plain expressions they replace,
+for every dtype mix and for 0-d arrays, with at most the arrays each one's comment names live
+at once (tracemalloc on NumPy's own allocations). A kernel's temporaries are pinned in the arena
+beside its inputs while it runs (CuPy makes a new array for every step of an expression), so
+fewer of them is a smaller budget that still completes."""
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from coop.ops import elementwise, nn, norm
+
+C = math.sqrt(2.0 / math.pi)
+
+
+# ---- the plain expressions (the kernels before they wrote into their own arrays) ------------
+
+def gelu(xp, x):
+    return 0.5 * x * (1.0 + xp.tanh(C * (x + 0.044715 * x * x * x)))
+
+
+def gelu_derivative(xp, x, g):
+    t = xp.tanh(C * (x + 0.044715 * x * x * x))
+    return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * C * (1.0 + 3 * 0.044715 * x * x))
+
+
+def tanh_derivative(xp, y, g):
+    return g * (1 - y * y)
+
+
+def softmax(xp, x, axis):
+    e = xp.exp(x - x.max(axis=axis, keepdims=True))
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def log_softmax(xp, x, axis):
+    s = x - x.max(axis=axis, keepdims=True)
+    return s - xp.log(xp.exp(s).sum(axis=axis, keepdims=True))
+
+
+def softmax_derivative(xp, y, g, axis):
+    return y * (g - (g * y).sum(axis=axis, keepdims=True))
+
+
+def log_softmax_derivative(xp, y, g, axis):
+    return g - xp.exp(y) * g.sum(axis=axis, keepdims=True)
+
+
+def normalized(xp, x, axes, eps):
+    mean = x.mean(axis=axes, keepdims=True)
+    centered = x - mean
+    var = (centered * centered).mean(axis=axes, keepdims=True)
+    invstd = 1.0 / xp.sqrt(var + eps)
+    return centered * invstd, mean, var, invstd
+
+
+def norm_forward(x, w, b, xp, axes, eps, wshape):
+    xhat, _, _, _ = normalized(xp, x, axes, eps)
+    return xhat * w.reshape(wshape) + b.reshape(wshape)
+
+
+def norm_backward(x, w, g, xp, axes, eps, wshape):
+    xhat, _, _, invstd = normalized(xp, x, axes, eps)
+    dxhat = g * w.reshape(wshape)
+    dx = invstd * (dxhat - dxhat.mean(axis=axes, keepdims=True)
+                   - xhat * (dxhat * xhat).mean(axis=axes, keepdims=True))
+    return dx, norm.sum_to(g * xhat, wshape).reshape(w.shape), \
+        norm.sum_to(g, wshape).reshape(w.shape)
+
+
+# ---- cases -------------------------------------------------------------------------------------
+
+SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 33)]
+DTYPES = [np.float32, np.float64, np.float16]
+
+
+def data(xp, shape, dtype, seed, scale=3.0):
+    rng = np.random.default_rng(seed)
+    return xp.asarray((rng.standard_normal(shape) * scale).astype(dtype))
+
+
+def same(xp, got, want):
+    to_np = (lambda a: a.get()) if hasattr(xp, "cuda") else np.asarray
+    got, want = to_np(xp.asarray(got)), to_np(xp.asarray(want))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def check_unary(xp):
+    for shape in SHAPES:
+        for dx in DTYPES:
+            for dg in DTYPES:
+                x, g = data(xp, shape, dx, 0), data(xp, shape, dg, 1)
+                same(xp, elementwise._gelu(xp, x), gelu(xp, x))
+                same(xp, elementwise._gelu_derivative(xp, x, g), gelu_derivative(xp, x, g))
+                y = xp.tanh(x)
+                same(xp, elementwise._tanh_derivative(xp, y, g), tanh_derivative(xp, y, g))
+                for axis in range(len(shape)):
+                    same(xp, nn._softmax(xp, x, axis), softmax(xp, x, axis))
+                    same(xp, nn._log_softmax(xp, x, axis), log_softmax(xp, x, axis))
+                    p = softmax(xp, x, axis)
+                    same(xp, nn._softmax_derivative(xp, p, g, axis),
+                         softmax_derivative(xp, p, g, axis))
+                    lp = log_softmax(xp, x, axis)
+                    same(xp, nn._log_softmax_derivative(xp, lp, g, axis),
+                         log_softmax_derivative(xp, lp, g, axis))
+    ints = xp.asarray(np.arange(12, dtype=np.int64).reshape(3, 4) % 5)
+    same(xp, nn._softmax(xp, ints, 1), softmax(xp, ints, 1))      # integers: float64 results
+    same(xp, nn._log_softmax(xp, ints, 1), log_softmax(xp, ints, 1))
+
+
+def check_norm(xp):
+    for shape, wshape in (((4, 6, 8), (8,)), ((2, 3, 5), (3, 5)), ((5, 1), (1,))):
+        axes = tuple(range(len(shape) - len(wshape), len(shape)))
+        full = (1,) * (len(shape) - len(wshape)) + wshape
+        for dx in DTYPES:
+            for dw in (np.float32, np.float64):
+                x, g = data(xp, shape, dx, 2), data(xp, shape, dx, 3)
+                w, b = data(xp, wshape, dw, 4, 1.0), data(xp, wshape, dw, 5, 1.0)
+                same(xp, norm._forward(x, w, b, xp, axes, 1e-5, full),
+                     norm_forward(x, w, b, xp, axes, 1e-5, full))
+                for got, want in zip(norm._backward(x, w, g, xp, axes, 1e-5, full),
+                                     norm_backward(x, w, g, xp, axes, 1e-5, full)):
+                    same(xp, got, want)
+
+
+def test_the_kernels_give_the_plain_expressions_bits_on_numpy():
+    check_unary(np)
+    check_norm(np)
+
+
+@pytest.mark.cuda
+def test_the_kernels_give_the_plain_expressions_bits_on_cupy():
+    import cupy
+    check_unary(cupy)
+    check_norm(cupy)
+
+
+# ---- the arrays live at once --------------------------------------------------------------------
+
+N = 1 << 18          # elements per array: 1 MiB of float32, far above what the reductions keep
+
+
+def peak_arrays(fn, *args):
+    """The most bytes fn held beyond its arguments at any time, in arrays of N float32."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        out = fn(*args)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del out
+    return (peak - before) / (4 * N)
+
+
+@pytest.mark.parametrize("name, run, most, expression, before", [
+    ("gelu", lambda x, g: elementwise._gelu(np, x), 2, lambda x, g: gelu(np, x), 3),
+    ("gelu_backward", lambda x, g: elementwise._gelu_derivative(np, x, g), 3,
+     lambda x, g: gelu_derivative(np, x, g), 5),
+    ("tanh_backward", lambda x, g: elementwise._tanh_derivative(np, x, g), 1,
+     lambda x, g: tanh_derivative(np, x, g), 2),
+    ("softmax", lambda x, g: nn._softmax(np, x, 1), 1, lambda x, g: softmax(np, x, 1), 2),
+    ("log_softmax", lambda x, g: nn._log_softmax(np, x, 1), 2,
+     lambda x, g: log_softmax(np, x, 1), 2),
+    ("softmax_backward", lambda x, g: nn._softmax_derivative(np, x, g, 1), 1,
+     lambda x, g: softmax_derivative(np, x, g, 1), 1),
+    ("log_softmax_backward", lambda x, g: nn._log_softmax_derivative(np, x, g, 1), 1,
+     lambda x, g: log_softmax_derivative(np, x, g, 1), 2),
+])
+def test_a_kernel_holds_at_most_the_arrays_it_names(name, run, most, expression, before):
+    x = np.random.default_rng(0).standard_normal((512, N // 512)).astype(np.float32)
+    g = np.ones_like(x)
+    held = peak_arrays(run, x, g)
+    assert most <= held < most + 0.05, (name, held)
+    # the plain expression, with NumPy's reuse of some temporaries (CuPy reuses none)
+    held = peak_arrays(expression, x, g)
+    assert before <= held < before + 0.05, (name, held)
+
+
+def test_layer_norm_holds_two_arrays_forward_and_three_backward():
+    x = np.random.default_rng(0).standard_normal((512, N // 512)).astype(np.float32)
+    w, b = np.ones(N // 512, np.float32), np.zeros(N // 512, np.float32)
+    axes, full = (1,), (1, N // 512)
+    forward = peak_arrays(norm._forward, x, w, b, np, axes, 1e-5, full)
+    backward = peak_arrays(norm._backward, x, w, x, np, axes, 1e-5, full)
+    assert 2 <= forward < 2.05 and 3 <= backward < 3.05, (forward, backward)
+    assert 3 <= peak_arrays(norm_forward, x, w, b, np, axes, 1e-5, full) < 3.05
+    assert 4 <= peak_arrays(norm_backward, x, w, x, np, axes, 1e-5, full) < 4.05
