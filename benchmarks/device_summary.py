@@ -23,7 +23,7 @@ ROWS = [  # (row, the sections it reads)
     ("malloc/free vs CuPy", ["bench_alloc"]),
     ("GPT bit-exact 0.5x", ["gpt"]),
     ("GPT dropout 0.5x", ["gpt_dropout"]),
-    ("GPT larger 0.6x", ["gpt_large"]),
+    ("GPT larger", ["gpt_large"]),
     ("timing overhead", ["probes"]),
     ("host tier", ["probes"]),
 ]
@@ -147,8 +147,11 @@ def row(out, name, section, status):
                   f"{part['evictions']} evictions, {part['recomputes']} recomputes")
         warm = result.get("unlimited_warm")
         if warm:
-            detail += (f"; peak {result['unlimited']['peak'] / 2**20:.0f} MiB, wall time "
-                       f"{part['seconds'] / warm['seconds']:.2f}x the unlimited run's")
+            oom = [r["ratio"] for r in result.get("ratios_out_of_memory", [])]
+            detail = (f"{result.get('ratio_used', '?')}x"
+                      + (f" ({', '.join(f'{r}x' for r in oom)}: out of memory)" if oom else "")
+                      + f": {detail}; peak {result['unlimited']['peak'] / 2**20:.0f} MiB, wall "
+                      f"time {part['seconds'] / warm['seconds']:.2f}x the unlimited run's")
         return bool(result["bitexact"]), detail
     return rc == "0", ""
 

@@ -2,10 +2,11 @@
 in one process; prints whether the losses and the final parameters are equal bit for bit.
 Run by benchmarks/device_check.sh; exit status 1 when they differ.
 
-Run: python benchmarks/gpt_check.py [--backend cupy] [--steps 40] [--ratio 0.5]
+Run: python benchmarks/gpt_check.py [--backend cupy] [--steps 40] [--ratio 0.5[,0.6...]]
      [--dropout 0.0] [--cost cpu] [--model LAYERS,HEADS,D_MODEL,BLOCK,BATCH] [--out DIR]
 (--model: a larger GPT than the example's 4,4,64,64,16, e.g. 8,8,512,256,32 on a GPU, with
---unlimited large enough for it.)
+--unlimited large enough for it. --ratio: several, comma-separated, are tried in turn until one
+completes; the ones that ran out of memory are printed and kept in the JSON.)
 """
 import argparse
 import hashlib
@@ -47,7 +48,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="cupy")
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--ratio", type=float, default=0.5)
+    parser.add_argument("--ratio", default="0.5", help="a ratio, or several: 0.5,0.6")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--cost", default="cpu")
     parser.add_argument("--unlimited", default="4GiB")
@@ -59,8 +60,20 @@ def main():
     text, _ = train_gpt.build_corpus()
     data = train_gpt.CharData(text, 0.1)
     full = run(args, data, args.unlimited)
-    budget = int(full["peak"] * args.ratio) // 512 * 512
-    part = run(args, data, budget)
+    import coop
+    failed = []
+    for ratio in (float(r) for r in args.ratio.split(",")):
+        budget = int(full["peak"] * ratio) // 512 * 512
+        try:
+            part = run(args, data, budget)
+            break
+        except coop.OutOfMemoryError as err:
+            failed.append(dict(ratio=ratio, error=str(err)[:400]))
+            print(f"  {ratio}x: out of memory: {str(err)[:300]}")
+    else:
+        print(f"DIFFER: no ratio of {args.ratio} completed")
+        return 1
+    args.ratio = ratio
     runs = [("unlimited", full), (f"{args.ratio}x", part)]
     if args.model:   # the first run compiled the kernels: time the unlimited run again, warm
         warm = run(args, data, args.unlimited)
@@ -80,7 +93,8 @@ def main():
     tag = f"gpt_{args.backend}_dropout{args.dropout}" + (
         f"_model{args.model.replace(',', '-')}" if args.model else "")
     with open(os.path.join(args.out, f"{tag}.json"), "w") as f:
-        json.dump({"unlimited": full, "ratio": part, "bitexact": same,
+        json.dump({"unlimited": full, "ratio": part, "bitexact": same, "ratio_used": ratio,
+                   "ratios_out_of_memory": failed,
                    **({"unlimited_warm": runs[2][1]} if args.model else {})}, f, indent=1)
     return 0 if same else 1
 

@@ -50,6 +50,7 @@ def gpu_run(out, *, failed_test=False, differs=False):
             "bitexact": same, "ratio": {"evictions": 12, "recomputes": 30}}))
     write(out, "gpt_cupy_dropout0.0_model8-8-512-256-32.json", json.dumps({
         "bitexact": True, "ratio": {"evictions": 70, "recomputes": 90, "seconds": 6.0},
+        "ratio_used": 0.6, "ratios_out_of_memory": [{"ratio": 0.5, "error": "..."}],
         "unlimited": {"peak": 3 << 30, "seconds": 9.0},
         "unlimited_warm": {"peak": 3 << 30, "seconds": 5.0}}))
 
@@ -63,8 +64,9 @@ def test_a_passing_gpu_run_reads_ok_in_every_row_but_a_collection_error(tmp_path
     assert rows["malloc/free vs CuPy"] == ("ok", "512 B: coop 1.50 us, CuPy 1.25 us")
     assert rows["GPT bit-exact 0.5x"] == ("ok", "bit-exact, 12 evictions, 30 recomputes")
     assert rows["GPT dropout 0.5x"] == ("ok", "bit-exact, 12 evictions, 30 recomputes")
-    assert rows["GPT larger 0.6x"] == ("ok", "bit-exact, 70 evictions, 90 recomputes; peak "
-                                             "3072 MiB, wall time 1.20x the unlimited run's")
+    assert rows["GPT larger"] == ("ok", "0.6x (0.5x: out of memory): bit-exact, 70 evictions, "
+                                        "90 recomputes; peak 3072 MiB, wall time 1.20x the "
+                                        "unlimited run's")
     assert rows["timing overhead"] == ("ok", "x1.08")
     assert rows["collect"] == ("ok", "101 cuda tests collected")
     assert rows["collect, no libmpi"][0] == "FAIL" and "tests/test_bench.py" in \
