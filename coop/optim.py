@@ -12,24 +12,39 @@ import math
 from coop import ops
 from coop.kernel import Kernel
 from coop.nn.module import make_buffer
-from coop.ops._common import elementwise_flops
+from coop.ops._common import elementwise_flops, into, own
 
 
 def _sgd(p, d, lr):
     p -= lr * d
 
 
-def _decayed(g, p, weight_decay):
-    return g + weight_decay * p if weight_decay else g
+# The updates write their steps into one array they made (out=): the plain expressions'
+# operations in the same order, bit for bit (coop/ops/elementwise.py says why), so an update
+# holds one array of its parameter's size where CuPy's expression held up to three.
 
 
-def _sgd_decayed(p, g, lr, weight_decay):
-    p -= lr * _decayed(g, p, weight_decay)
+def _decayed(xp, g, p, weight_decay):
+    """g + weight_decay * p as a new array, or None without weight decay."""
+    if not weight_decay:
+        return None
+    d = own(xp, weight_decay * p)
+    return into(xp, xp.add, g, d, d)
 
 
-def _momentum(buf, g, p, momentum, weight_decay):
+def _sgd_decayed(p, g, xp, lr, weight_decay):
+    d = _decayed(xp, g, p, weight_decay)
+    if d is None:
+        p -= lr * g
+        return
+    d *= lr
+    p -= d
+
+
+def _momentum(buf, g, p, xp, momentum, weight_decay):
     buf *= momentum
-    buf += _decayed(g, p, weight_decay)
+    d = _decayed(xp, g, p, weight_decay)
+    buf += g if d is None else d
 
 
 def _scale(g, factor):
@@ -41,16 +56,22 @@ def _ema(m, g, beta):
     m += (1.0 - beta) * g
 
 
-def _ema_square(v, g, beta):
+def _ema_square(v, g, xp, beta):
     v *= beta
-    v += (1.0 - beta) * (g * g)
+    d = own(xp, g * g)               # (1.0 - beta) * (g * g)
+    d *= 1.0 - beta
+    v += d
 
 
 def _adamw(p, m, v, xp, lr, weight_decay, eps, correction1, correction2):
     if weight_decay:
         p *= 1.0 - lr * weight_decay
-    denom = xp.sqrt(v) / correction2 ** 0.5 + eps
-    p -= (lr / correction1) * (m / denom)
+    d = own(xp, xp.sqrt(v))          # (lr / c1) * (m / (sqrt(v) / c2 ** 0.5 + eps))
+    d /= correction2 ** 0.5
+    d += eps
+    d = into(xp, xp.divide, m, d, d)
+    d *= lr / correction1
+    p -= d
 
 
 SGD_STEP = Kernel(_sgd_decayed, name="sgd_", inplace=0, flops=elementwise_flops(3))

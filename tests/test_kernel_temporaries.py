@@ -1,5 +1,6 @@
 """The kernels that write their steps into arrays they made (GELU, tanh's backward, softmax,
-log_softmax and their backwards, layer norm): bit for bit the plain expressions they replace,
+log_softmax and their backwards, layer norm, the optimizers' updates): bit for bit the plain
+expressions they replace,
 for every dtype mix and for 0-d arrays, with at most the arrays each one's comment names live
 at once (tracemalloc on NumPy's own allocations). A kernel's temporaries are pinned in the arena
 beside its inputs while it runs (CuPy makes a new array for every step of an expression), so
@@ -10,6 +11,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from coop import optim
 from coop.ops import elementwise, nn, norm
 
 C = math.sqrt(2.0 / math.pi)
@@ -71,6 +73,27 @@ def norm_backward(x, w, g, xp, axes, eps, wshape):
         norm.sum_to(g, wshape).reshape(w.shape)
 
 
+def sgd_decayed(p, g, lr, weight_decay):
+    p -= lr * (g + weight_decay * p if weight_decay else g)
+
+
+def momentum(buf, g, p, momentum, weight_decay):
+    buf *= momentum
+    buf += g + weight_decay * p if weight_decay else g
+
+
+def ema_square(v, g, beta):
+    v *= beta
+    v += (1.0 - beta) * (g * g)
+
+
+def adamw(p, m, v, xp, lr, weight_decay, eps, correction1, correction2):
+    if weight_decay:
+        p *= 1.0 - lr * weight_decay
+    denom = xp.sqrt(v) / correction2 ** 0.5 + eps
+    p -= (lr / correction1) * (m / denom)
+
+
 # ---- cases -------------------------------------------------------------------------------------
 
 SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 33)]
@@ -127,9 +150,35 @@ def check_norm(xp):
                     same(xp, got, want)
 
 
+def check_optim(xp):
+    """Each update applied to copies of the same parameter and state, new against plain."""
+    for shape in SHAPES:
+        for dp in (np.float32, np.float64):
+            for dg in (np.float32, np.float64):
+                p, g = data(xp, shape, dp, 6), data(xp, shape, dg, 7)
+                m, v = data(xp, shape, dp, 8), xp.abs(data(xp, shape, dp, 9))
+                for wd in (0.0, 0.01):
+                    runs = [
+                        (lambda a, b: optim._sgd_decayed(a, g, xp, 0.1, wd),
+                         lambda a, b: sgd_decayed(a, g, 0.1, wd)),
+                        (lambda a, b: optim._momentum(a, g, b, xp, 0.9, wd),
+                         lambda a, b: momentum(a, g, b, 0.9, wd)),
+                        (lambda a, b: optim._ema_square(a, g, xp, 0.999),
+                         lambda a, b: ema_square(a, g, 0.999)),
+                        (lambda a, b: optim._adamw(a, m, v, xp, 1e-3, wd, 1e-8, 0.1, 0.001),
+                         lambda a, b: adamw(a, m, v, xp, 1e-3, wd, 1e-8, 0.1, 0.001)),
+                    ]
+                    for new, plain in runs:
+                        a, b = p.copy(), p.copy()
+                        new(a, p.copy())
+                        plain(b, p.copy())
+                        same(xp, a, b)
+
+
 def test_the_kernels_give_the_plain_expressions_bits_on_numpy():
     check_unary(np)
     check_norm(np)
+    check_optim(np)
 
 
 @pytest.mark.cuda
@@ -137,6 +186,7 @@ def test_the_kernels_give_the_plain_expressions_bits_on_cupy():
     import cupy
     check_unary(cupy)
     check_norm(cupy)
+    check_optim(cupy)
 
 
 # ---- the arrays live at once --------------------------------------------------------------------
@@ -180,6 +230,15 @@ def test_a_kernel_holds_at_most_the_arrays_it_names(name, run, most, expression,
     # the plain expression, with NumPy's reuse of some temporaries (CuPy reuses none)
     held = peak_arrays(expression, x, g)
     assert before <= held < before + 0.05, (name, held)
+
+
+def test_an_adamw_update_holds_one_array_of_its_parameters_size():
+    rng = np.random.default_rng(0)
+    p, m = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    v = np.abs(rng.standard_normal(N)).astype(np.float32)
+    args = (m, v, np, 1e-3, 0.01, 1e-8, 0.1, 0.001)
+    assert 1 <= peak_arrays(optim._adamw, p.copy(), *args) < 1.05
+    assert 3 <= peak_arrays(adamw, p.copy(), *args) < 3.05      # the expression, on NumPy
 
 
 def test_layer_norm_holds_two_arrays_forward_and_three_backward():
