@@ -250,3 +250,62 @@ def test_layer_norm_holds_two_arrays_forward_and_three_backward():
     assert 2 <= forward < 2.05 and 3 <= backward < 3.05, (forward, backward)
     assert 3 <= peak_arrays(norm_forward, x, w, b, np, axes, 1e-5, full) < 3.05
     assert 4 <= peak_arrays(norm_backward, x, w, x, np, axes, 1e-5, full) < 4.05
+
+
+# ---- convolutions: the window matrix a slice of the batch at a time ----------------------------
+
+from coop.ops import conv  # noqa: E402
+
+
+@pytest.mark.parametrize("on", ["numpy", pytest.param("cupy", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("stride, padding, bias", [(1, 1, True), (2, 0, False), (1, 0, True),
+                                                   (2, 2, False)])
+def test_a_convolution_cut_by_the_batch_gives_the_whole_batchs_result(monkeypatch, on, stride,
+                                                                       padding, bias):
+    xp = pytest.importorskip(on)
+    rng = np.random.default_rng(0)
+    x = xp.asarray(rng.standard_normal((7, 5, 9, 8)).astype(np.float32))
+    w = xp.asarray(rng.standard_normal((6, 5, 3, 3)).astype(np.float32))
+    b = (xp.asarray(rng.standard_normal(6).astype(np.float32)),) if bias else ()
+    attrs = dict(stride=stride, padding=padding)
+    cuts, chunks = [], conv._chunks
+    monkeypatch.setattr(conv, "_chunks", lambda *a: cuts.append(chunks(*a)) or cuts[-1])
+    out = conv._conv2d(x, w, *b, xp=xp, **attrs)
+    g = xp.asarray(rng.standard_normal(out.shape).astype(np.float32))
+    gx = conv._conv2d_grad_input(g, w, xp, x_shape=x.shape, **attrs)
+    gw = conv._conv2d_grad_weight(x, g, xp, kernel_size=(3, 3), **attrs)
+    assert len(cuts) == 3 and all(len(cut) > 1 for cut in cuts), cuts    # each was cut
+    monkeypatch.setattr(conv, "_chunks", lambda n, per_item, limit: [(0, n)])
+    whole = (conv._conv2d(x, w, *b, xp=xp, **attrs),
+             conv._conv2d_grad_input(g, w, xp, x_shape=x.shape, **attrs),
+             conv._conv2d_grad_weight(x, g, xp, kernel_size=(3, 3), **attrs))
+    for got, want in zip((out, gx, gw), whole):
+        assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
+        # each sample's rows are their own products; the weight gradient adds the slices' sums
+        host = (lambda a: a.get()) if on == "cupy" else np.asarray
+        np.testing.assert_allclose(host(got), host(want), rtol=2e-5, atol=2e-5)
+
+
+def test_the_batch_ranges_cover_it_in_order_within_the_limit():
+    assert conv._chunks(10, 3, 9) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert conv._chunks(10, 100, 9) == [(i, i + 1) for i in range(10)]   # one sample at least
+    assert conv._chunks(4, 1, 100) == [(0, 4)]
+    assert conv._chunks(3, 0, 0) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_a_convolution_holds_about_its_outputs_size_in_temporaries():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 16, 28, 28)).astype(np.float32)      # 1.5 MiB
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    out_bytes = x.nbytes                                              # padding 1: same shape
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        out = conv._conv2d(x, w, xp=np, stride=1, padding=1)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert out.nbytes == out_bytes
+    # the output, and at most about its size in window matrices (the whole batch's: 9x)
+    assert out_bytes * 1.9 < peak < out_bytes * 2.5, peak / out_bytes

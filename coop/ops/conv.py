@@ -35,6 +35,16 @@ def _fold(xp, cols, shape, stride, padding):
     return out
 
 
+def _chunks(n, per_item, limit):
+    """[i, j) ranges of the batch whose temporaries (per_item bytes per sample) stay within
+    limit bytes, one sample at least: a convolution's window matrix (im2col, kh * kw times its
+    input) is made a slice of the batch at a time, so a kernel holds about its output's size
+    in temporaries beside its inputs and outputs rather than several times it. The ranges
+    depend on the shapes alone: a recompute cuts the batch the same way."""
+    step = max(1, min(n, limit // max(per_item, 1)))
+    return [(i, min(n, i + step)) for i in range(0, n, step)]
+
+
 def _out_size(size, k, stride, padding):
     out = (size + 2 * padding - k) // stride + 1
     if out < 1:
@@ -53,21 +63,59 @@ def _conv_dims(x_shape, w_shape, stride, padding):
 
 
 def _conv2d(x, w, *bias, xp, stride, padding):
-    cols = _windows(xp, x, w.shape[2], w.shape[3], stride, padding)
-    out = xp.tensordot(cols, w, axes=((1, 4, 5), (1, 2, 3)))          # (N, OH, OW, F)
-    if bias:
-        out += bias[0]
-    return xp.ascontiguousarray(out.transpose(0, 3, 1, 2))
+    n, f, oh, ow = _conv_dims(x.shape, w.shape, stride, padding)
+    c, kh, kw = w.shape[1:]
+    dtype = xp.result_type(x, w)
+    item = dtype.itemsize * oh * ow
+    out = None
+    for i, j in _chunks(n, item * (c * kh * kw + f), item * n * f):   # samples are independent
+        cols = _windows(xp, x[i:j], kh, kw, stride, padding)
+        part = xp.tensordot(cols, w, axes=((1, 4, 5), (1, 2, 3)))     # (n, OH, OW, F)
+        del cols
+        if bias:
+            part += bias[0]
+        if j - i == n:
+            return xp.ascontiguousarray(part.transpose(0, 3, 1, 2))
+        if out is None:
+            out = xp.empty((n, f, oh, ow), dtype=part.dtype)
+        out[i:j] = part.transpose(0, 3, 1, 2)
+    return out
 
 
 def _conv2d_grad_input(g, w, xp, stride, padding, x_shape):
-    cols = xp.tensordot(g, w, axes=((1,), (0,)))                       # (N, OH, OW, C, kh, kw)
-    return _fold(xp, cols.transpose(0, 3, 1, 2, 4, 5), x_shape, stride, padding)
+    n, c, h, wd = x_shape
+    kh, kw = w.shape[2:]
+    dtype = xp.result_type(g, w)
+    per = dtype.itemsize * (g.shape[2] * g.shape[3] * c * kh * kw + c * (h + 2 * padding) *
+                            (wd + 2 * padding))                        # cols, padded image
+    out = None
+    for i, j in _chunks(n, per, dtype.itemsize * n * c * h * wd):      # samples are independent
+        cols = xp.tensordot(g[i:j], w, axes=((1,), (0,)))              # (n, OH, OW, C, kh, kw)
+        part = _fold(xp, cols.transpose(0, 3, 1, 2, 4, 5), (j - i, c, h, wd), stride, padding)
+        del cols
+        if j - i == n:
+            return part
+        if out is None:
+            out = xp.empty(x_shape, dtype=part.dtype)
+        out[i:j] = part
+    return out
 
 
 def _conv2d_grad_weight(x, g, xp, stride, padding, kernel_size):
-    cols = _windows(xp, x, kernel_size[0], kernel_size[1], stride, padding)
-    return xp.tensordot(g, cols, axes=((0, 2, 3), (0, 2, 3)))          # (F, C, kh, kw)
+    # sums over the batch: cut into slices, the slices' products are added in batch order
+    n, kh, kw = x.shape[0], kernel_size[0], kernel_size[1]
+    item = xp.result_type(x, g).itemsize * g.shape[2] * g.shape[3]
+    out = None
+    for i, j in _chunks(n, item * (x.shape[1] * kh * kw + g.shape[1]),
+                        max(x.nbytes, g.nbytes)):
+        cols = _windows(xp, x[i:j], kh, kw, stride, padding)
+        part = xp.tensordot(g[i:j], cols, axes=((0, 2, 3), (0, 2, 3)))  # (F, C, kh, kw)
+        del cols
+        if out is None:
+            out = part
+        else:
+            out += part
+    return out
 
 
 def _conv_flops(n, f, oh, ow, c, kh, kw):
