@@ -1,13 +1,13 @@
-"""The smallest budget at which a live training run completes: examples/train_gpt.py's GPT,
-trained for a few steps on the host backend at falling ratios of its unlimited peak, per
-policy. A live run allocates every kernel's temporaries in the arena beside its inputs, which
+"""The smallest budget at which a live training run completes: examples/train_gpt.py's GPT
+(or --example cnn: examples/train_cnn.py's ResNet), trained for a few steps on the host
+backend at falling ratios of its unlimited peak, per policy. A live run allocates every kernel's temporaries in the arena beside its inputs, which
 a replay does not model, so its minimum can sit above the replay's.
 
-    python benchmarks/live_minimum.py [--policies coop,coop-offload] [--steps 10]
-        [--ratios 0.6:0.2:0.02] [--out DIR] [--label NAME]
+    python benchmarks/live_minimum.py [--example gpt|cnn] [--policies coop,coop-offload]
+        [--steps 10] [--ratios 0.6:0.2:0.02] [--out DIR] [--label NAME]
     python benchmarks/live_minimum.py --compare A.json B.json [--png FILE]
 
-writes DIR/live_minimum_<label>.json; --compare prints two such files side by side and draws
+writes DIR/live_minimum_<example>_<label>.json; --compare prints two such files side by side and draws
 them (the overhead at each budget that completed, a cross where it ran out of memory; budgets
 in MiB, since the builds' peaks may differ).
 """
@@ -35,21 +35,26 @@ def measure(args):
     from tqdm import tqdm
 
     import coop
-    import train_gpt
-    text, _ = train_gpt.build_corpus()
-    data = train_gpt.CharData(text, 0.1)
+    if args.example == "gpt":
+        import train_gpt as example
+        text, _ = example.build_corpus()
+        data = example.CharData(text, 0.1)
+    else:
+        import train_cnn as example
+        data = example.load_digits(0.2, 0)
 
     def run(budget, policy):
-        ex = train_gpt.parser().parse_args(["--steps", str(args.steps), "--policy", policy,
-                                            "--no-progress", "--log-every", "0"])
-        out = train_gpt.train(ex, data, budget, args.steps, progress=False, log=None)
+        ex = example.parser().parse_args(["--steps", str(args.steps), "--policy", policy,
+                                          "--no-progress", "--log-every", "0"])
+        out = example.train(ex, data, budget, args.steps, progress=False, log=None)
         stats = out["rt"].stats()
         return out, stats
 
     full, stats = run("1GiB", "coop")
     peak = stats["peak_used_bytes"]
     losses = [float(v) for v in full["losses"]]
-    result = dict(label=args.label, steps=args.steps, peak=peak, policies={})
+    result = dict(label=args.label, example=args.example, steps=args.steps, peak=peak,
+                  policies={})
     todo = [(p, r) for p in args.policies.split(",") for r in ratios(args.ratios)]
     failed = {p: 0 for p in args.policies.split(",")}
     bar = tqdm(todo, desc="live runs", disable=args.no_progress)
@@ -83,7 +88,9 @@ def measure(args):
 
 def table(results):
     policies = sorted({p for r in results for p in r["policies"]})
-    print(f"live minimum of examples/train_gpt.py's GPT ({results[0]['steps']} steps; peak "
+    name = {"gpt": "examples/train_gpt.py's GPT", "cnn": "examples/train_cnn.py's ResNet"}[
+        results[0].get("example", "gpt")]
+    print(f"live minimum of {name} ({results[0]['steps']} steps; peak "
           + ", ".join(f"{r['label']} {r['peak'] / 2**20:.2f} MiB" for r in results) + ")")
     print("| policy | " + " | ".join(r["label"] for r in results) + " |")
     print("| --- |" + " ---: |" * len(results))
@@ -120,7 +127,8 @@ def draw(results, png):
                            color=line.get_color() if line else None)
     ax.set_xlabel("budget (MiB)")
     ax.set_ylabel("compute overhead (x: out of memory)")
-    ax.set_title("examples/train_gpt.py's GPT, live on the host backend")
+    ax.set_title({"gpt": "examples/train_gpt.py's GPT", "cnn": "examples/train_cnn.py's ResNet"}[
+        results[0].get("example", "gpt")] + ", live on the host backend")
     ax.invert_xaxis()
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -130,6 +138,7 @@ def draw(results, png):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--example", default="gpt", choices=["gpt", "cnn"])
     p.add_argument("--policies", default="coop,coop-offload")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--ratios", default="0.6:0.2:0.02", help="high:low:step")
@@ -149,7 +158,8 @@ def main():
         return 0
     result = measure(args)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"live_minimum_{args.label.replace(' ', '_')}.json")
+    path = os.path.join(args.out,
+                        f"live_minimum_{args.example}_{args.label.replace(' ', '_')}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     table([result])
