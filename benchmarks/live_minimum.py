@@ -4,10 +4,12 @@ backend at falling ratios of its unlimited peak, per policy. A live run allocate
 a replay does not model, so its minimum can sit above the replay's.
 
     python benchmarks/live_minimum.py [--example gpt|cnn] [--policies coop,coop-offload]
-        [--steps 10] [--ratios 0.6:0.2:0.02] [--out DIR] [--label NAME]
+        [--steps 10] [--ratios 0.6:0.2:0.02] [--replay] [--out DIR] [--label NAME]
     python benchmarks/live_minimum.py --compare A.json B.json [--png FILE]
 
-writes DIR/live_minimum_<example>_<label>.json; --compare prints two such files side by side and draws
+--replay also records the unlimited run and replays its trace at the same ratios (coop
+replay's replayer), for the replay's minimum beside the live one. Writes
+DIR/live_minimum_<example>_<label>.json; --compare prints two such files side by side and draws
 them (the overhead at each budget that completed, a cross where it ran out of memory; budgets
 in MiB, since the builds' peaks may differ).
 """
@@ -43,14 +45,37 @@ def measure(args):
         import train_cnn as example
         data = example.load_digits(0.2, 0)
 
-    def run(budget, policy):
+    recordings = []
+
+    def run(budget, policy, record=None):
+        if record is not None:     # the example makes its runtime: record from its start
+            make = example.make_runtime
+
+            def make_runtime(*a, **k):
+                rt = make(*a, **k)
+                recordings.append(rt.record(record))
+                recordings[-1].__enter__()
+                return rt
+            example.make_runtime = make_runtime
+        try:
+            return _run(budget, policy)
+        finally:
+            if record is not None:
+                example.make_runtime = make
+                while recordings:
+                    recordings.pop().__exit__(None, None, None)
+
+    def _run(budget, policy):
         ex = example.parser().parse_args(["--steps", str(args.steps), "--policy", policy,
                                           "--no-progress", "--log-every", "0"])
         out = example.train(ex, data, budget, args.steps, progress=False, log=None)
         stats = out["rt"].stats()
         return out, stats
 
-    full, stats = run("1GiB", "coop")
+    trace = os.path.join(args.out, f"live_minimum_{args.example}.jsonl") if args.replay else None
+    if trace:
+        os.makedirs(args.out, exist_ok=True)
+    full, stats = run("1GiB", "coop", trace)
     peak = stats["peak_used_bytes"]
     losses = [float(v) for v in full["losses"]]
     result = dict(label=args.label, example=args.example, steps=args.steps, peak=peak,
@@ -82,6 +107,17 @@ def measure(args):
     for policy, rows in result["policies"].items():
         done = [r["ratio"] for r in rows if r["status"] == "ok"]
         result.setdefault("minimum", {})[policy] = min(done) if done else None
+    if trace:                      # the same ratios and patience, replayed
+        from coop.trace import replay as R
+        for policy in args.policies.split(","):
+            done, failures = [], 0
+            for ratio in ratios(args.ratios):
+                if failures >= args.patience:
+                    break
+                ok = R.replay(trace, ratio=ratio, policy=policy)["status"] == "ok"
+                done += [ratio] if ok else []
+                failures = 0 if ok else failures + 1
+            result.setdefault("replay_minimum", {})[policy] = min(done) if done else None
     del np
     return result
 
@@ -98,6 +134,10 @@ def table(results):
         print(f"| {p} | " + " | ".join(
             f"{r['minimum'][p]:.2f} ({r['minimum'][p] * r['peak'] / 2**20:.2f} MiB)"
             if r.get("minimum", {}).get(p) is not None else "-" for r in results) + " |")
+    for r in results:
+        if r.get("replay_minimum"):
+            print(f"{r['label']}: the unlimited run's trace replays down to " + ", ".join(
+                f"{v} under {p}" for p, v in r["replay_minimum"].items()))
     for r in results:
         for p, rows in r["policies"].items():
             bad = [row["ratio"] for row in rows if row["status"] == "ok"
@@ -144,6 +184,8 @@ def main():
     p.add_argument("--ratios", default="0.6:0.2:0.02", help="high:low:step")
     p.add_argument("--patience", type=int, default=3, help="stop a policy after N failures")
     p.add_argument("--label", default="this build")
+    p.add_argument("--replay", action="store_true",
+                   help="also replay the unlimited run's trace at the same ratios")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--compare", nargs=2, metavar="JSON")
     p.add_argument("--png", default=None)
