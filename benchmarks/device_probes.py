@@ -210,6 +210,25 @@ def embedding_backward():
            f"{float(np.abs(grads[0] - host).max()):.3g}")
 
 
+def _link_rate(way, nbytes, stream, dev, src, back):
+    """Bytes per second of one way's copy of nbytes between pinned host memory (src, back) and
+    the device (dev) on stream, timed by CUDA events: median of 5 after one warm-up."""
+    n = nbytes // 4
+    times = []
+    for i in range(6):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        if way == "h2d":
+            dev[:n].set(src[:n], stream=stream)
+        else:
+            dev[:n].get(stream=stream, out=back[:n], blocking=False)
+        end.record(stream)
+        end.synchronize()
+        if i:
+            times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return nbytes / float(np.median(times))
+
+
 def host_link():
     """Host <-> device copies of 256 MiB between pinned host memory and the device on a
     non-blocking stream, timed by CUDA events (median of 5 each way after one warm-up): the
@@ -221,21 +240,7 @@ def host_link():
     back = cupyx.empty_pinned(src.size, np.float32)
     dev = cupy.empty(src.size, np.float32)
     stream = cupy.cuda.Stream(non_blocking=True)
-    rates = {}
-    for way in ("h2d", "d2h"):
-        times = []
-        for i in range(6):
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            if way == "h2d":
-                dev.set(src, stream=stream)
-            else:
-                dev.get(stream=stream, out=back, blocking=False)
-            end.record(stream)
-            end.synchronize()
-            if i:
-                times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-        rates[way] = nbytes / float(np.median(times))
+    rates = {way: _link_rate(way, nbytes, stream, dev, src, back) for way in ("h2d", "d2h")}
     exact = bool(np.array_equal(src, back))
     name = coop.Runtime(coop.allocator("64MiB")).cost_model.name
     spec = coop.DEVICES.get(name, coop.DEVICES["a100-80gb"])
@@ -249,22 +254,8 @@ def host_link():
     for way, rate in rates.items():      # numbers, not probes (a probe's entry is a dict)
         results[f"host_link_{way}_bytes_per_s"] = rate
     # smaller copies: the link's fixed cost per copy beside its rate (median of 5 each)
-    curve = {}
-    for size in (64 << 10, 1 << 20, 16 << 20):
-        for way in ("h2d", "d2h"):
-            times = []
-            for i in range(6):
-                start, end = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record(stream)
-                if way == "h2d":
-                    dev[:size // 4].set(src[:size // 4], stream=stream)
-                else:
-                    dev[:size // 4].get(stream=stream, out=back[:size // 4], blocking=False)
-                end.record(stream)
-                end.synchronize()
-                if i:
-                    times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-            curve[f"{way} {size >> 10} KiB"] = size / float(np.median(times))
+    curve = {f"{way} {size >> 10} KiB": _link_rate(way, size, stream, dev, src, back)
+             for size in (64 << 10, 1 << 20, 16 << 20) for way in ("h2d", "d2h")}
     results["host_link_curve_bytes_per_s"] = list(curve.items())   # numbers: no dict
     report("host_link_small_copies", None,
            ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in curve.items()))
