@@ -291,6 +291,16 @@ def test_the_batch_ranges_cover_it_in_order_within_the_limit():
     assert conv._chunks(10, 100, 9) == [(i, i + 1) for i in range(10)]   # one sample at least
     assert conv._chunks(4, 1, 100) == [(0, 4)]
     assert conv._chunks(3, 0, 0) == [(0, 1), (1, 2), (2, 3)]
+    assert conv._chunks(0, 5, 5) == [(0, 0)]                            # an empty batch
+
+
+def test_an_empty_batch_convolves_to_empty_results():
+    x, w = np.zeros((0, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)
+    out = conv._conv2d(x, w, xp=np, stride=1, padding=1)
+    assert out.shape == (0, 3, 5, 5)
+    gx = conv._conv2d_grad_input(out, w, np, stride=1, padding=1, x_shape=x.shape)
+    gw = conv._conv2d_grad_weight(x, out, np, stride=1, padding=1, kernel_size=(3, 3))
+    assert gx.shape == x.shape and gw.shape == w.shape and not gw.any()
 
 
 def test_a_convolution_holds_about_its_outputs_size_in_temporaries():

@@ -41,6 +41,8 @@ def _chunks(n, per_item, limit):
     input) is made a slice of the batch at a time, so a kernel holds about its output's size
     in temporaries beside its inputs and outputs rather than several times it. The ranges
     depend on the shapes alone: a recompute cuts the batch the same way."""
+    if n == 0:
+        return [(0, 0)]            # an empty batch: one empty slice, the result's shape
     step = max(1, min(n, limit // max(per_item, 1)))
     return [(i, min(n, i + step)) for i in range(0, n, step)]
 
