@@ -1,7 +1,8 @@
 """The smallest budget at which a live training run completes: examples/train_gpt.py's GPT
 (or --example cnn: examples/train_cnn.py's ResNet), trained for a few steps on the host
-backend at falling ratios of its unlimited peak, per policy. A live run allocates every kernel's temporaries in the arena beside its inputs, which
-a replay does not model, so its minimum can sit above the replay's.
+backend at falling ratios of its unlimited peak, per policy. A live run allocates every
+kernel's temporaries in the arena beside its pinned inputs (`coop bench`'s simulated traces
+have none), so how many arrays a kernel holds at once can set the smallest budget.
 
     python benchmarks/live_minimum.py [--example gpt|cnn] [--policies coop,coop-offload]
         [--steps 10] [--ratios 0.6:0.2:0.02] [--replay] [--out DIR] [--label NAME]

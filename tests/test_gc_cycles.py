@@ -62,13 +62,14 @@ print("used", before, arena.used_bytes)
 @pytest.mark.parametrize("kind, tensors, evict", [
     ("cupy", False, False), ("host", False, False), ("host", True, False), ("host", True, True)],
     ids=["cupy-pieces", "host-pieces", "host-tensors", "host-tensors-one-evicted"])
-def test_a_collected_cycle_frees_every_piece_into_an_intact_arena(kind, tensors, evict):
+def test_a_collected_cycle_frees_every_piece_into_an_intact_arena(kind, tensors, evict, tmp_path):
     if kind == "cupy":
         pytest.importorskip("cupy")
     code = SCRIPT.format(pool=POOLS[kind], pieces=PIECES[kind], tensors=tensors,
                          evict=evict)
+    # run outside the checkout: there `import coop` would find the source tree, not the build
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     words = run.stdout.split()
     assert words[0] == "collected", run.stdout
