@@ -177,7 +177,7 @@ def draw(results, png):
     print("wrote", png)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--example", default="gpt", choices=["gpt", "cnn"])
     p.add_argument("--policies", default="coop,coop-offload")
@@ -191,10 +191,14 @@ def main():
     p.add_argument("--compare", nargs=2, metavar="JSON")
     p.add_argument("--png", default=None)
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args()
-    print("command:", " ".join([sys.executable, *sys.argv]), flush=True)
+    args = p.parse_args(argv)
+    print("command:", " ".join([sys.executable, *(sys.argv if argv is None else
+                                                  [__file__, *argv])]), flush=True)
     if args.compare:
-        results = [json.load(open(path)) for path in args.compare]
+        results = []
+        for path in args.compare:
+            with open(path) as f:
+                results.append(json.load(f))
         table(results)
         if args.png:
             draw(results, args.png)
