@@ -181,8 +181,8 @@ cdef object _oom(Arena a, size_t size, policy):
     largest = a.largest_free()
     # what blocks: pinned pieces (held by the running kernel, or pinned by the caller) and
     # unpinned walls (unevictable and unmovable), and the largest range free of both
-    cdef size_t pinned = 0, walls = 0, run = 0, window = 0
-    cdef int n_pinned = 0, n_walls = 0
+    cdef size_t pinned = 0, walls = 0, kept = 0, run = 0, window = 0
+    cdef int n_pinned = 0, n_walls = 0, n_kept = 0
     cdef int idx = a.table.first
     cdef Piece* p
     cdef Storage* st
@@ -203,6 +203,9 @@ cdef object _oom(Arena a, size_t size, policy):
                 run = 0
                 idx = p.next
                 continue
+            if not st.evictable:     # a constant: it can only move (or leave for the host)
+                kept += p.size
+                n_kept += 1
         elif not p.free:
             pinned += p.size     # anonymous: a caller's allocation
             n_pinned += 1
@@ -217,7 +220,8 @@ cdef object _oom(Arena a, size_t size, policy):
         f"bytes, {free_bytes} bytes free, largest free range {largest} bytes, and nothing "
         f"left to evict (pinned or anonymous: {n_pinned} pieces, {pinned} bytes; "
         f"unevictable: {n_walls} pieces, {walls} bytes; the largest range free of them: "
-        f"{window} bytes); raise the budget, or free or unpin tensors",
+        f"{window} bytes; constants, which can only move: {n_kept} pieces, {kept} bytes); "
+        f"raise the budget, or free or unpin tensors",
         size, a.capacity, free_bytes, largest, pinned, walls, window)
 
 

@@ -210,8 +210,9 @@ def test_out_of_memory_is_both_errors_with_coops_message():
     assert str(err) == ("coop: cannot allocate 2048 bytes under policy 'none': budget 4096 bytes, "
                         "1024 bytes free, largest free range 1024 bytes, and nothing left to "
                         "evict (pinned or anonymous: 1 pieces, 3072 bytes; unevictable: 0 "
-                        "pieces, 0 bytes; the largest range free of them: 1024 bytes); raise "
-                        "the budget, or free or unpin tensors")
+                        "pieces, 0 bytes; the largest range free of them: 1024 bytes; "
+                        "constants, which can only move: 0 pieces, 0 bytes); raise the budget, "
+                        "or free or unpin tensors")
     assert (err.request, err.budget, err.free, err.largest_free) == (2048, 4096, 1024, 1024)
     copy = pickle.loads(pickle.dumps(err))
     assert type(copy) is type(err) and str(copy) == str(err) and copy.free == 1024

@@ -220,6 +220,25 @@ def test_a_borrowed_storage_is_pinned_for_the_block(make_rt):
     rt.arena.check()
 
 
+def test_out_of_memory_names_the_constants_that_can_only_move(make_rt):
+    """A window free of pinned pieces may still hold constants: the error says how much, so
+    a budget short by its constants is not read as one short by pinned data."""
+    rt = make_rt(4096, policy="coop")
+    x, y = rt.tensor(np.zeros(128)), rt.tensor(np.ones(128))    # 1 KiB constants
+    a = rt.apply(ADDC, x, c=1.0)
+    twice = coop.Kernel(lambda v: np.concatenate([v, v]), name="twice")
+    with a.borrow():                                           # a pinned, y pinned as input
+        with pytest.raises(coop.OutOfMemoryError) as info:
+            rt.apply(twice, y)
+    assert str(info.value) == (
+        "coop: cannot allocate 2048 bytes under policy 'coop': budget 4096 bytes, 1024 bytes "
+        "free, largest free range 960 bytes, and nothing left to evict (pinned or anonymous: 2 "
+        "pieces, 2048 bytes; unevictable: 0 pieces, 0 bytes; the largest range free of them: "
+        "1024 bytes; constants, which can only move: 1 pieces, 1024 bytes); raise the budget, "
+        "or free or unpin tensors")
+    rt.arena.check()
+
+
 def test_a_reference_kept_past_borrow_holds_the_storage_forever(make_rt):
     rt, x, a, b = three_kib(make_rt)
     with a.borrow() as array:
