@@ -136,9 +136,12 @@ def row(out, name, section, status):
                               f"{r['cupy pool.malloc']:.2f} us")
         return rc == "0" and bool(ratios), "; ".join(ratios) or "CuPy's pool not measured"
     if section in ("gpt", "gpt_dropout", "gpt_large"):
+        wanted = {"gpt": lambda path: path.endswith("_dropout0.0.json"),   # the example's GPT
+                  "gpt_dropout": lambda path: "_model" not in path and
+                  not path.endswith("_dropout0.0.json"),
+                  "gpt_large": lambda path: "_model" in path}[section]     # gpt_check --model
         runs = [path for path in sorted(glob.glob(os.path.join(out, "gpt_cupy_dropout*.json")))
-                if ("_model" in path) == (section == "gpt_large") and
-                (section == "gpt_large" or path.endswith("dropout0.0.json") == (section == "gpt"))]
+                if wanted(path)]
         result = load(runs[-1]) if runs else None
         if not result:
             return False, "no result"

@@ -12,7 +12,7 @@ import math
 from coop import ops
 from coop.kernel import Kernel
 from coop.nn.module import make_buffer
-from coop.ops._common import elementwise_flops, into, own
+from coop.ops._common import as_array, elementwise_flops, into
 
 
 def _sgd(p, d, lr):
@@ -28,7 +28,7 @@ def _decayed(xp, g, p, weight_decay):
     """g + weight_decay * p as a new array, or None without weight decay."""
     if not weight_decay:
         return None
-    d = own(xp, weight_decay * p)
+    d = as_array(weight_decay * p)
     return into(xp, xp.add, g, d, d)
 
 
@@ -56,9 +56,9 @@ def _ema(m, g, beta):
     m += (1.0 - beta) * g
 
 
-def _ema_square(v, g, xp, beta):
+def _ema_square(v, g, beta):
     v *= beta
-    d = own(xp, g * g)               # (1.0 - beta) * (g * g)
+    d = as_array(g * g)               # (1.0 - beta) * (g * g)
     d *= 1.0 - beta
     v += d
 
@@ -66,7 +66,7 @@ def _ema_square(v, g, xp, beta):
 def _adamw(p, m, v, xp, lr, weight_decay, eps, correction1, correction2):
     if weight_decay:
         p *= 1.0 - lr * weight_decay
-    d = own(xp, xp.sqrt(v))          # (lr / c1) * (m / (sqrt(v) / c2 ** 0.5 + eps))
+    d = as_array(xp.sqrt(v))          # (lr / c1) * (m / (sqrt(v) / c2 ** 0.5 + eps))
     d /= correction2 ** 0.5
     d += eps
     d = into(xp, xp.divide, m, d, d)

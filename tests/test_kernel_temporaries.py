@@ -163,7 +163,7 @@ def check_optim(xp):
                          lambda a, b: sgd_decayed(a, g, 0.1, wd)),
                         (lambda a, b: optim._momentum(a, g, b, xp, 0.9, wd),
                          lambda a, b: momentum(a, g, b, 0.9, wd)),
-                        (lambda a, b: optim._ema_square(a, g, xp, 0.999),
+                        (lambda a, b: optim._ema_square(a, g, 0.999),
                          lambda a, b: ema_square(a, g, 0.999)),
                         (lambda a, b: optim._adamw(a, m, v, xp, 1e-3, wd, 1e-8, 0.1, 0.001),
                          lambda a, b: adamw(a, m, v, xp, 1e-3, wd, 1e-8, 0.1, 0.001)),

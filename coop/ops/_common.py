@@ -69,11 +69,13 @@ def op_kernel(fn, **options):
     @functools.wraps(fn)
     def run(*args, **kwargs):
         out = fn(*args, **kwargs)
-        return tuple(map(_array, out)) if isinstance(out, tuple) else _array(out)
+        return tuple(map(as_array, out)) if isinstance(out, tuple) else as_array(out)
     return Kernel(run, **options)
 
 
-def _array(value):
+def as_array(value):
+    """value as an array: NumPy gives scalars for arithmetic on 0-d arrays and for full
+    reductions (a new 0-d array then, one a kernel may write into); anything else unchanged."""
     return numpy.asarray(value) if isinstance(value, numpy.generic) else value
 
 
@@ -119,12 +121,6 @@ def fresh(xp, a):
 
 
 # ---- a kernel's steps in arrays it made (fewer temporaries; the same values) -------------------
-
-
-def own(xp, a):
-    """a, a new array a kernel computed, as an array it may write into: NumPy gives a scalar,
-    not an array, for arithmetic on 0-d arrays."""
-    return a if isinstance(a, xp.ndarray) else xp.asarray(a)
 
 
 def into(xp, ufunc, a, b, out):

@@ -47,6 +47,22 @@ def _chunks(n, per_item, limit):
     return [(i, min(n, i + step)) for i in range(0, n, step)]
 
 
+def _by_batch(xp, shape, per_item, limit, part):
+    """An array of shape (the batch first) made of part(i, j), the samples [i, j), for the
+    slices _chunks cuts (samples are independent): the one part itself, C-contiguous, when
+    one slice holds the batch."""
+    n = shape[0]
+    out = None
+    for i, j in _chunks(n, per_item, limit):
+        piece = part(i, j)
+        if j - i == n:
+            return xp.ascontiguousarray(piece)
+        if out is None:
+            out = xp.empty(shape, dtype=piece.dtype)
+        out[i:j] = piece
+    return out
+
+
 def _out_size(size, k, stride, padding):
     out = (size + 2 * padding - k) // stride + 1
     if out < 1:
@@ -67,21 +83,16 @@ def _conv_dims(x_shape, w_shape, stride, padding):
 def _conv2d(x, w, *bias, xp, stride, padding):
     n, f, oh, ow = _conv_dims(x.shape, w.shape, stride, padding)
     c, kh, kw = w.shape[1:]
-    dtype = xp.result_type(x, w)
-    item = dtype.itemsize * oh * ow
-    out = None
-    for i, j in _chunks(n, item * (c * kh * kw + f), item * n * f):   # samples are independent
+    item = xp.result_type(x, w).itemsize * oh * ow
+
+    def part(i, j):
         cols = _windows(xp, x[i:j], kh, kw, stride, padding)
-        part = xp.tensordot(cols, w, axes=((1, 4, 5), (1, 2, 3)))     # (n, OH, OW, F)
-        del cols
+        out = xp.tensordot(cols, w, axes=((1, 4, 5), (1, 2, 3)))      # (n, OH, OW, F)
         if bias:
-            part += bias[0]
-        if j - i == n:
-            return xp.ascontiguousarray(part.transpose(0, 3, 1, 2))
-        if out is None:
-            out = xp.empty((n, f, oh, ow), dtype=part.dtype)
-        out[i:j] = part.transpose(0, 3, 1, 2)
-    return out
+            out += bias[0]
+        return out.transpose(0, 3, 1, 2)
+
+    return _by_batch(xp, (n, f, oh, ow), item * (c * kh * kw + f), item * n * f, part)
 
 
 def _conv2d_grad_input(g, w, xp, stride, padding, x_shape):
@@ -90,17 +101,12 @@ def _conv2d_grad_input(g, w, xp, stride, padding, x_shape):
     dtype = xp.result_type(g, w)
     per = dtype.itemsize * (g.shape[2] * g.shape[3] * c * kh * kw + c * (h + 2 * padding) *
                             (wd + 2 * padding))                        # cols, padded image
-    out = None
-    for i, j in _chunks(n, per, dtype.itemsize * n * c * h * wd):      # samples are independent
+
+    def part(i, j):
         cols = xp.tensordot(g[i:j], w, axes=((1,), (0,)))              # (n, OH, OW, C, kh, kw)
-        part = _fold(xp, cols.transpose(0, 3, 1, 2, 4, 5), (j - i, c, h, wd), stride, padding)
-        del cols
-        if j - i == n:
-            return part
-        if out is None:
-            out = xp.empty(x_shape, dtype=part.dtype)
-        out[i:j] = part
-    return out
+        return _fold(xp, cols.transpose(0, 3, 1, 2, 4, 5), (j - i, c, h, wd), stride, padding)
+
+    return _by_batch(xp, tuple(x_shape), per, dtype.itemsize * n * c * h * wd, part)
 
 
 def _conv2d_grad_weight(x, g, xp, stride, padding, kernel_size):

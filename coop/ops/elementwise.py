@@ -8,6 +8,7 @@ import math
 
 from coop.autograd.tape import record
 from coop.ops._common import (
+    as_array,
     broadcast,
     check_tensors,
     elementwise_flops,
@@ -17,7 +18,6 @@ from coop.ops._common import (
     like,
     numel,
     op_kernel,
-    own,
     sum_to,
     unary_op,
 )
@@ -39,7 +39,7 @@ _GELU_C = math.sqrt(2.0 / math.pi)
 
 def _gelu_tanh(xp, x):
     """tanh(sqrt(2/pi) (x + 0.044715 x^3)), in one new array."""
-    t = own(xp, 0.044715 * x)
+    t = as_array(0.044715 * x)
     t *= x
     t *= x
     xp.add(x, t, out=t)
@@ -49,7 +49,7 @@ def _gelu_tanh(xp, x):
 
 def _gelu(xp, x):
     # 0.5 * x * (1.0 + tanh(...)): two arrays
-    y = own(xp, 0.5 * x)
+    y = as_array(0.5 * x)
     t = _gelu_tanh(xp, x)
     t += 1.0
     y *= t
@@ -60,11 +60,11 @@ def _gelu_derivative(xp, x, g):
     # g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)):
     # three arrays (the expression's, with NumPy's reuse of temporaries, five)
     t = _gelu_tanh(xp, x)
-    d = own(xp, 1.0 + t)
+    d = as_array(1.0 + t)
     d *= 0.5
     xp.multiply(t, t, out=t)
     xp.subtract(1.0, t, out=t)
-    s = own(xp, 0.5 * x)
+    s = as_array(0.5 * x)
     s *= t
     s *= _GELU_C
     xp.multiply(3 * 0.044715, x, out=t)
@@ -77,7 +77,7 @@ def _gelu_derivative(xp, x, g):
 
 def _tanh_derivative(xp, y, g):
     # g * (1 - y * y), in one array
-    d = own(xp, y * y)
+    d = as_array(y * y)
     xp.subtract(1, d, out=d)
     return into(xp, xp.multiply, g, d, d)
 

@@ -5,6 +5,7 @@ import numpy
 
 from coop.autograd.tape import record
 from coop.ops._common import (
+    as_array,
     axes_of,
     check_tensors,
     elementwise_flops,
@@ -13,7 +14,6 @@ from coop.ops._common import (
     like,
     numel,
     op_kernel,
-    own,
     unary_op,
 )
 from coop.ops.elementwise import add, mul, sigmoid, tanh
@@ -32,26 +32,26 @@ def _shifted(x, axis):
 
 
 def _softmax(xp, x, axis):
-    e = own(xp, _shifted(x, axis))   # one array: exp(x - max) / sum
+    e = as_array(_shifted(x, axis))   # one array: exp(x - max) / sum
     e = xp.exp(e, out=e) if e.dtype.kind in "fc" else xp.exp(e)   # integers: a float array
     e /= e.sum(axis=axis, keepdims=True)
     return e
 
 
 def _log_softmax(xp, x, axis):
-    s = own(xp, _shifted(x, axis))   # s - log(sum(exp(s))): two arrays
+    s = as_array(_shifted(x, axis))   # s - log(sum(exp(s))): two arrays
     return into(xp, xp.subtract, s, xp.log(xp.exp(s).sum(axis=axis, keepdims=True)), s)
 
 
 def _softmax_derivative(xp, y, g, axis):
-    d = own(xp, g * y)               # y * (g - sum(g * y)): one array
+    d = as_array(g * y)               # y * (g - sum(g * y)): one array
     xp.subtract(g, d.sum(axis=axis, keepdims=True), out=d)
     d *= y
     return d
 
 
 def _log_softmax_derivative(xp, y, g, axis):
-    d = own(xp, xp.exp(y))           # g - exp(y) * sum(g): one array
+    d = as_array(xp.exp(y))           # g - exp(y) * sum(g): one array
     d = into(xp, xp.multiply, d, g.sum(axis=axis, keepdims=True), d)
     return into(xp, xp.subtract, g, d, d)
 

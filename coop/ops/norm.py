@@ -7,7 +7,8 @@ statistics IN PLACE (an inplace kernel, so the runtime keeps every version recom
 in eval mode it uses the running statistics (composed of elementwise ops).
 """
 from coop.autograd.tape import no_grad, record
-from coop.ops._common import check_tensors, elementwise_flops, into, like, op_kernel, own, sum_to
+from coop.ops._common import (as_array, check_tensors, elementwise_flops, into, like,
+                              op_kernel, sum_to)
 from coop.ops.elementwise import add, div, mul, sqrt, sub
 from coop.ops.shape import reshape
 
@@ -20,10 +21,11 @@ def _normalized(xp, x, axes, eps):
     """(x - mean) * invstd in one new array (a second lives while the variance is taken),
     with mean, var and invstd."""
     mean = x.mean(axis=axes, keepdims=True)
-    xhat = own(xp, x - mean)
+    xhat = as_array(x - mean)
     var = (xhat * xhat).mean(axis=axes, keepdims=True)
     invstd = 1.0 / xp.sqrt(var + eps)
-    return into(xp, xp.multiply, xhat, invstd, xhat), mean, var, invstd
+    xhat *= invstd                   # both of x's dtype
+    return xhat, mean, var, invstd
 
 
 def _forward(x, w, b, xp, axes, eps, wshape, stats=False):
@@ -40,9 +42,9 @@ def _backward(x, w, g, xp, axes, eps, wshape):
     # dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = g * w: three
     # arrays (xhat, dxhat, dx; the expression's five)
     xhat, _, _, invstd = _normalized(xp, x, axes, eps)
-    dxhat = own(xp, g * w.reshape(wshape))
+    dxhat = as_array(g * w.reshape(wshape))
     mean_dxhat = dxhat.mean(axis=axes, keepdims=True)
-    dx = own(xp, dxhat * xhat)
+    dx = as_array(dxhat * xhat)
     mean_dxhat_xhat = dx.mean(axis=axes, keepdims=True)
     dx = into(xp, xp.subtract, dxhat, mean_dxhat, dx)
     dxhat = into(xp, xp.multiply, xhat, mean_dxhat_xhat, dxhat)
