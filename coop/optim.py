@@ -112,6 +112,31 @@ class Optimizer:
                 self._update(apply, i, p, p.grad)
         self.runtime.mark_step()      # the host tier's prefetch looks ahead by steps
 
+    def backward_step(self, loss, grad=None):
+        """``loss.backward(grad)``, ``step()`` and ``zero_grad()`` in one pass, with the same
+        result bit for bit: each parameter is updated as soon as its gradient is complete (every
+        op that read it has had its backward), and that gradient is dropped at once. So the
+        gradients are never all held together, and an update runs beside the backward pass
+        rather than after it. A parameter this pass does not reach but that holds a gradient
+        (from an earlier backward) is updated after it, as ``step()`` would. Every update is
+        per parameter (clip_grad_norm, which needs all gradients first, cannot run between)."""
+        from coop.autograd.backward import backward
+        index = {id(p): i for i, p in enumerate(self.params)}
+        apply = self.runtime.apply
+
+        def update(leaf):
+            i = index.get(id(leaf))
+            if i is not None:         # a leaf that is not this optimizer's keeps its gradient
+                self._update(apply, i, leaf, leaf.grad)
+                leaf.grad = None
+
+        backward(loss, grad, on_grad=update)
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                self._update(apply, i, p, p.grad)
+                p.grad = None
+        self.runtime.mark_step()
+
     def _update(self, apply, i, p, g):
         raise NotImplementedError
 

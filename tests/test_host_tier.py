@@ -261,9 +261,10 @@ def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
     small.arena.check()
 
 
-def train_gpt(rt, steps=3):
+def train_gpt(rt, steps=3, in_backward=False):
     """AdamW steps of a small, wide GPT (parameters and moments dominate its activations);
-    returns the losses and copies of the parameters."""
+    returns the losses and copies of the parameters. in_backward: each parameter updated inside
+    the backward pass (Optimizer.backward_step)."""
     model = GPT(rt, 32, 16, 2, 2, 128, rng=0)
     opt = AdamW(model.parameters(), lr=1e-2)
     rng = np.random.default_rng(1)
@@ -272,11 +273,30 @@ def train_gpt(rt, steps=3):
         idx = rng.integers(0, 32, (2, 16))
         loss = model.loss(idx, np.roll(idx, -1, axis=1))
         losses.append(float(loss.numpy()))
+        if in_backward:
+            opt.backward_step(loss)
+            del loss
+            continue
         loss.backward()
         del loss
         opt.step()
         opt.zero_grad()
     return losses, [np.array(p.numpy(), copy=True) for p in model.parameters()]
+
+
+def test_updates_inside_the_backward_pass_train_with_the_tier_bit_identically():
+    """backward_step with the host tier, below the bound of the step that updates after the
+    backward pass: the same losses and parameters, bit for bit, as that step unlimited, with
+    arrays really offloaded; its own arena never holds more than the budget."""
+    budget, _, (ref_losses, reference) = below_the_bound(train_gpt)
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu")
+    losses, got = train_gpt(rt, in_backward=True)
+    assert losses == ref_losses
+    for a, b in zip(got, reference):
+        np.testing.assert_array_equal(a, b)
+    s = rt.stats()
+    assert s["offloads"] > 0 and s["bytes_d2h"] > 0 and s["peak_used_bytes"] <= budget
+    rt.arena.check()
 
 
 def test_a_gpt_trains_with_the_tier_where_coop_cannot_bit_identically():

@@ -145,3 +145,140 @@ def test_warmup_cosine_rises_then_decays_to_its_floor():
         pytest.approx(0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * 5 / 9)))
     with pytest.raises(ValueError, match="need 0 <= warmup < total"):
         optim.warmup_cosine(0, 1.0, warmup=5, total=5)
+
+
+# ---- updates inside the backward pass (Optimizer.backward_step) ---------------------------------
+
+def _gpt_run(budget, opt_name, in_backward, steps=3, dropout=0.1):
+    """A tiny GPT on the host (dropout and a tied embedding read twice), `steps` steps: its
+    losses, final parameters and stats."""
+    import coop
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop", cost="cpu")
+    model = coop.models.GPT(rt, 16, 32, 2, 2, 32, dropout=dropout, rng=1)
+    opt = (optim.AdamW(model.parameters(), lr=1e-2) if opt_name == "adamw" else
+           optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01))
+    idx, targets = np.random.default_rng(0).integers(0, 16, (2, 8, 32))
+    losses = []
+    for _ in range(steps):
+        loss = model.loss(idx, targets)
+        losses.append(float(loss.numpy()))
+        if in_backward:
+            opt.backward_step(loss)
+        else:
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        del loss
+        assert all(p.grad is None for p in opt.params)
+    return losses, model.state_dict(), rt.stats()
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_backward_step_is_backward_then_step_bit_for_bit(opt_name):
+    """Updating each parameter as its gradient completes gives the same losses and parameters,
+    bit for bit, as backward() then step() and zero_grad(): unlimited, and at a budget where
+    the run evicts and recomputes."""
+    losses, state, stats = _gpt_run("256MiB", opt_name, False)
+    got, got_state, got_stats = _gpt_run("256MiB", opt_name, True)
+    assert got == losses
+    for name, value in state.items():
+        assert got_state[name].tobytes() == value.tobytes(), name
+    small, small_state, small_stats = _gpt_run(int(0.8 * got_stats["peak_used_bytes"]),
+                                               opt_name, True)
+    assert small_stats["recomputes"] > 0
+    assert small == losses
+    for name, value in state.items():
+        assert small_state[name].tobytes() == value.tobytes(), name
+
+
+def test_on_grad_sees_each_leaf_once_with_its_complete_gradient():
+    """backward(on_grad=f) calls f once per reached leaf, after every op that read it has sent
+    its gradient (a leaf read by three ops gets the sum), while the pass still runs; a leaf
+    that no gradient reaches is not passed."""
+    from coop.autograd.backward import backward
+    rt, (w, b), _ = setup()
+    x = rt.tensor(np.arange(12.0).reshape(3, 4))
+    unused = rt.tensor(np.ones(4), requires_grad=True)
+    h = ops.mul(x, w)                          # w read three times, b once, at different depths
+    y = ops.add(ops.mul(h, w), b)
+    loss = ops.sum(ops.mul(y, w))
+    reference = ops.sum(ops.mul(ops.add(ops.mul(ops.mul(x, w), w), b), w))
+    reference.backward()
+    want = {"w": w.grad.numpy(), "b": b.grad.numpy()}
+    w.grad = b.grad = None
+    seen = []
+
+    def on_grad(leaf):
+        name = "w" if leaf is w else "b" if leaf is b else "?"
+        # w's gradient so far (incomplete while its first readers have not sent theirs)
+        seen.append((name, leaf.grad.numpy().copy(), w.grad.numpy().copy()))
+
+    backward(loss, on_grad=on_grad)
+    assert [name for name, _, _ in seen] == ["b", "w"]
+    for name, grad, _ in seen:
+        np.testing.assert_array_equal(grad, want[name])
+    # b was passed while the pass still ran: w's gradient then was only the outer mul's part
+    assert not np.array_equal(seen[0][2], want["w"])
+    assert unused.grad is None
+
+
+def test_backward_step_updates_a_parameter_with_an_earlier_gradient_as_step_does():
+    """A parameter this pass does not reach, holding a gradient from before, is updated after
+    the pass (step() would update it too), and every gradient is dropped."""
+    rt, (w, b), grads = setup()
+    rt2, (w2, b2), _ = setup()
+    x = rt.tensor(np.ones((3, 4)))
+    x2 = rt2.tensor(np.ones((3, 4)))
+    b.grad = rt.tensor(grads[0][1])
+    b2.grad = rt2.tensor(grads[0][1])
+    optim.SGD([w, b], lr=0.1).backward_step(ops.sum(ops.mul(x, w)))
+    loss2 = ops.sum(ops.mul(x2, w2))
+    loss2.backward()
+    opt2 = optim.SGD([w2, b2], lr=0.1)
+    opt2.step()
+    opt2.zero_grad()
+    for p, q in ((w, w2), (b, b2)):
+        assert p.grad is None
+        assert p.numpy().tobytes() == q.numpy().tobytes()
+
+
+def test_backward_step_checks_its_loss():
+    rt, params, _ = setup()
+    opt = optim.SGD(params, lr=0.1)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        opt.backward_step(rt.tensor(np.ones(1)))
+    with pytest.raises(RuntimeError, match="one-element tensor"):
+        opt.backward_step(ops.mul(params[1], params[1]))
+
+
+def test_backward_step_never_holds_every_gradient():
+    """A deep stack of large weights read by a small batch: backward() then step() holds every
+    weight's gradient at once, backward_step at most two (the one being updated and the next
+    one made), so its peak is lower by the other layers' gradients."""
+    layers, n = 8, 64
+    weight = n * n * 8
+
+    def peak(in_backward):
+        rt = host_runtime("8MiB")
+        rng = np.random.default_rng(0)
+        ws = [rt.tensor(rng.standard_normal((n, n)) / n, requires_grad=True)
+              for _ in range(layers)]
+        opt = optim.SGD(ws, lr=0.1, momentum=0.9)
+        h = rt.tensor(rng.standard_normal((1, n)))
+        for w in ws:
+            h = ops.tanh(ops.matmul(h, w))
+        loss = ops.sum(h)
+        del h
+        if in_backward:
+            opt.backward_step(loss)
+        else:
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        return rt.stats()["peak_used_bytes"], [w.numpy() for w in ws]
+
+    full, want = peak(False)
+    fused, got = peak(True)
+    for a, b in zip(got, want):
+        assert a.tobytes() == b.tobytes()
+    assert full - fused >= (layers - 2) * weight

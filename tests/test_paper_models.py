@@ -145,7 +145,34 @@ def test_adamw_holds_a_second_state_tensor_per_parameter(tmp_path):
 
 
 def test_an_unknown_optimizer_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"optimizer must be one of \['adamw', 'sgd'\], "
+    with pytest.raises(ValueError, match=r"optimizer must be one of \['adamw', "
+                                         r"'adamw-in-backward', 'sgd', 'sgd-in-backward'\], "
                                          r"got 'adam'"):
         paper.training_step(coop.Runtime(coop.SimBackend("1TiB")), "bilstm", batch=2,
                             optimizer="adam")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_updates_in_backward_run_the_same_updates_inside_the_pass(tmp_path, optimizer):
+    """With -in-backward the step runs the same update kernels (the same count of each, the
+    same constants before the start) but each parameter's inside the backward pass, as soon as
+    its gradient is complete: the first update comes before the last backward op, and the
+    gradients are never all held, so the unlimited peak and the lower bound are no higher."""
+    runs = {}
+    for name in (optimizer, f"{optimizer}-in-backward"):
+        path = tmp_path / f"{name}.jsonl"
+        paper.record_trace("gpt2", path, batch=1, optimizer=name)
+        with open(path) as f:
+            records = [json.loads(line) for line in f]
+        updates = [i for i, r in enumerate(records) if r["op"] == "mutate"]
+        backwards = [i for i, r in enumerate(records)
+                     if r["op"] == "call" and r["name"].endswith("_backward")]
+        names = sorted(records[i]["name"] for i in updates)
+        runs[name] = (names, updates[0], backwards[-1], _constant_bytes(path), R.unlimited(path))
+    names, first, last, constants, stats = runs[optimizer]
+    names_ib, first_ib, last_ib, constants_ib, stats_ib = runs[f"{optimizer}-in-backward"]
+    assert names_ib == names and constants_ib == constants
+    assert first > last and first_ib < last_ib
+    assert stats_ib["status"] == "ok"
+    assert stats_ib["peak_used_bytes"] <= stats["peak_used_bytes"]
+    assert stats_ib["lower_bound_bytes"] < stats["lower_bound_bytes"]

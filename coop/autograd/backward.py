@@ -9,7 +9,7 @@ from coop import ops
 from coop.autograd.tape import Node, no_grad
 
 
-def backward(root, grad=None, retain_graph=False):
+def backward(root, grad=None, retain_graph=False, on_grad=None):
     """Accumulate d(root)/d(leaf) into every reachable leaf's ``.grad``.
 
     Nodes run in reverse creation order (a topological order found without recursion); each
@@ -17,6 +17,11 @@ def backward(root, grad=None, retain_graph=False):
     node is released right after its backward, so saved tensors die as the pass proceeds, and
     the root (if resident) becomes a constant where it is: its value stays, the records that
     computed it die.
+
+    on_grad, when given, is called once per reachable leaf as soon as its gradient is complete
+    (every node with an edge to it has run), with the leaf, while the pass goes on: what
+    ``coop.optim.Optimizer.backward_step`` updates a parameter in. A leaf that no gradient
+    reached (its ``.grad`` is None) is not passed.
     """
     if not root.requires_grad:
         raise RuntimeError("backward() on a tensor that does not require grad: create leaves "
@@ -31,11 +36,21 @@ def backward(root, grad=None, retain_graph=False):
             raise ValueError(f"gradient of shape {grad.shape} for a tensor of shape {root.shape}")
         if root.grad_fn is None:
             _accumulate(root, grad)
+            if on_grad is not None:
+                on_grad(root)
             return
         pending = {root.grad_fn: grad}
         handed = set()   # ids of storages given to leaves in this pass: each gets its own
         del grad
-        for node in _reverse_topological(root.grad_fn):
+        nodes = _reverse_topological(root.grad_fn)
+        waiting = None
+        if on_grad is not None:
+            waiting = _leaf_edges(nodes)
+            if not retain_graph:
+                # now, not at the end: a leaf changed by on_grad (an update in place) would
+                # otherwise be copied to keep the root recomputable
+                root.runtime.materialize(root, settle=False)
+        for node in nodes:
             g = pending.pop(node, None)
             if g is not None:
                 grads = node.backward(node, g)
@@ -54,12 +69,56 @@ def backward(root, grad=None, retain_graph=False):
                         # parameters copy nothing
                         edge.grad.runtime.materialize(edge.grad)
                 grads = gi = None   # the pass holds no gradient longer than it must
+            if waiting is not None:
+                done = _complete(node, waiting)
+                if done:
+                    # the gradients on their way become constants where they are (a leaf's
+                    # .grad is one too): recomputing one could need a leaf's old value, which
+                    # on_grad may change in place, so that value would be copied and kept
+                    for gp in pending.values():
+                        gp.runtime.materialize(gp, settle=False)
+                    for leaf in done:
+                        sid = leaf.grad.storage.sid
+                        on_grad(leaf)
+                        if leaf.grad is None:
+                            # dropped: its storage id may name a new storage from now on
+                            handed.discard(sid)
+                    done = None
             if not retain_graph:
                 node.release()
-        if not retain_graph:
+        if not retain_graph and on_grad is None:
             # the root keeps its value (where it is, if resident) but not the records behind
             # it, as the gradients do: holding on to the loss then keeps no graph alive
             root.runtime.materialize(root, settle=False)
+
+
+def _leaf_edges(nodes):
+    """Per leaf (by id): [edges from nodes to it, the leaf]."""
+    waiting = {}
+    for node in nodes:
+        for edge in node.edges:
+            if edge is not None and not isinstance(edge, Node):
+                entry = waiting.get(id(edge))
+                if entry is None:
+                    waiting[id(edge)] = [1, edge]
+                else:
+                    entry[0] += 1
+    return waiting
+
+
+def _complete(node, waiting):
+    """node has run (or had no gradient to send): the leaves it was the last edge to, that
+    hold a gradient."""
+    done = []
+    for edge in node.edges:
+        if edge is not None and not isinstance(edge, Node):
+            entry = waiting[id(edge)]
+            entry[0] -= 1
+            if entry[0] == 0:
+                del waiting[id(edge)]
+                if edge.grad is not None:
+                    done.append(edge)
+    return done
 
 
 def _accumulate(leaf, grad, handed=None):

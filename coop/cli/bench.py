@@ -3,7 +3,8 @@ with the trace replayer (coop.trace.replay: the real arena core), and report doc
 
 Each paper model is recorded once (one training step at its paper batch, simulation backend,
 a100-80gb roofline costs, SGD with momentum or, with --optimizer adamw, AdamW: two moments per
-parameter) into OUT/traces/ (reused unless --rerecord); extra traces (coop traces or DTR logs)
+parameter; with --optimizer sgd-in-backward or adamw-in-backward, each parameter is updated
+inside the backward pass once its gradient is complete) into OUT/traces/ (reused unless --rerecord); extra traces (coop traces or DTR logs)
 are given as paths. Per model, the unlimited run gives the peak (ratio 1.0), docs/design.md's
 lower bound and its offload floor. Each policy then replays at ratios 1.00, 0.99, ... (--step)
 until it has failed (OOM or thrash: overhead > 2.0) at --patience consecutive ratios, or the
@@ -66,7 +67,9 @@ def add_arguments(parser):
                         help=f"record the models at batch {QUICK_BATCH} (for tests)")
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd",
                         help="the paper models' optimizer: sgd (momentum 0.9: one state tensor "
-                             "per parameter) or adamw (two); default sgd")
+                             "per parameter) or adamw (two), or either with -in-backward (each "
+                             "parameter updated inside the backward pass as soon as its gradient "
+                             "is complete, Optimizer.backward_step); default sgd")
     parser.add_argument("--device", choices=list(DEVICES), default="a100-80gb",
                         help="the cost model the paper models are recorded with: its roofline "
                              "prices the ops, its host link the copies of an offloading policy "

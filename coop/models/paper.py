@@ -76,12 +76,18 @@ OPTIMIZERS = {
     "sgd": lambda params: SGD(params, lr=0.1, momentum=0.9),
     "adamw": lambda params: AdamW(params, lr=1e-4),
 }
+#: ... and the same optimizers updating each parameter inside the backward pass, as soon as its
+#: gradient is complete (Optimizer.backward_step): the same update, one gradient held at a time
+IN_BACKWARD = {f"{name}-in-backward": name for name in OPTIMIZERS}
+OPTIMIZERS.update({name: OPTIMIZERS[base] for name, base in IN_BACKWARD.items()})
 
 
 def training_step(rt, name, batch=None, optimizer="sgd"):
     """Build model `name` on rt (a Runtime over a SimBackend), make its inputs, then run one
     step (forward, loss, backward, optimizer) from rt.mark_start(); returns rt.stats().
-    batch overrides the paper's; optimizer is "sgd" (momentum 0.9) or "adamw"."""
+    batch overrides the paper's; optimizer is "sgd" (momentum 0.9) or "adamw", or either
+    with "-in-backward" (each parameter updated inside the backward pass, once its gradient is
+    complete: Optimizer.backward_step)."""
     if rt.xp is not None:
         raise ValueError("training_step runs on a simulation backend (coop.SimBackend): its "
                          "inputs are (shape, dtype) specs")
@@ -93,9 +99,13 @@ def training_step(rt, name, batch=None, optimizer="sgd"):
     inputs = spec.make_inputs(rt, batch)
     rt.mark_start()
     loss = model.loss(*inputs)
-    loss.backward()
-    del loss
-    opt.step()
+    if optimizer in IN_BACKWARD:
+        opt.backward_step(loss)
+        del loss
+    else:
+        loss.backward()
+        del loss
+        opt.step()
     return rt.stats()
 
 
