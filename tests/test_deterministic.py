@@ -142,3 +142,35 @@ def test_a_gpt_on_the_device_trains_bit_identically_under_a_budget():
     assert small == losses
     for name, value in state.items():
         np.testing.assert_array_equal(small_state[name], value, err_msg=name)
+
+
+@pytest.mark.cuda
+def test_a_gpt_on_the_device_updates_inside_the_backward_pass_bit_identically():
+    """Optimizer.backward_step on CuPy: the same losses and parameters, bit for bit, as
+    backward(), step() and zero_grad(), unlimited and at a budget that evicts."""
+
+    def train(budget, in_backward):
+        rt = coop.Runtime(coop.allocator(budget), policy="coop", cost="h200")
+        model = coop.models.GPT(rt, 16, 32, 2, 2, 32, dropout=0.1, rng=1)
+        opt = coop.optim.AdamW(model.parameters(), lr=1e-2)
+        idx, targets = np.random.default_rng(0).integers(0, 16, (2, 8, 32))
+        losses = []
+        for _ in range(3):
+            loss = model.loss(idx, targets)
+            losses.append(float(loss.numpy()))
+            if in_backward:
+                opt.backward_step(loss)
+            else:
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            del loss
+        return losses, model.state_dict(), rt.stats()
+
+    losses, state, stats = train("256MiB", False)    # conftest restores CuPy's allocator after
+    for budget in ("256MiB", int(0.7 * stats["peak_used_bytes"])):
+        got, got_state, got_stats = train(budget, True)
+        assert got == losses
+        for name, value in state.items():
+            np.testing.assert_array_equal(got_state[name], value, err_msg=name)
+    assert got_stats["recomputes"] > 0
