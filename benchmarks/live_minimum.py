@@ -6,6 +6,7 @@ have none), so how many arrays a kernel holds at once can set the smallest budge
 
     python benchmarks/live_minimum.py [--example gpt|cnn] [--policies coop,coop-offload]
         [--steps 10] [--ratios 0.6:0.2:0.02] [--replay] [--out DIR] [--label NAME]
+        [--example-args "--clip 0 --update-in-backward"]
     python benchmarks/live_minimum.py --compare A.json B.json [--png FILE]
 
 --replay also records the unlimited run and replays its trace at the same ratios (coop
@@ -17,6 +18,7 @@ in MiB, since the builds' peaks may differ).
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 
@@ -68,7 +70,8 @@ def measure(args):
 
     def _run(budget, policy):
         ex = example.parser().parse_args(["--steps", str(args.steps), "--policy", policy,
-                                          "--no-progress", "--log-every", "0"])
+                                          "--no-progress", "--log-every", "0",
+                                          *shlex.split(args.example_args)])
         out = example.train(ex, data, budget, args.steps, progress=False, log=None)
         stats = out["rt"].stats()
         return out, stats
@@ -185,6 +188,8 @@ def main(argv=None):
     p.add_argument("--ratios", default="0.6:0.2:0.02", help="high:low:step")
     p.add_argument("--patience", type=int, default=3, help="stop a policy after N failures")
     p.add_argument("--label", default="this build")
+    p.add_argument("--example-args", default="",
+                   help='more options for the example, e.g. "--clip 0 --update-in-backward"')
     p.add_argument("--replay", action="store_true",
                    help="also replay the unlimited run's trace at the same ratios")
     p.add_argument("--out", default="bench-out")

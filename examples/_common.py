@@ -122,6 +122,11 @@ def add_run_options(p, budget, steps, budget_example, out):
     p.add_argument("--probe-budget", default="4GiB", help="budget of the unlimited probe")
     p.add_argument("--out", default=out)
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--update-in-backward", action="store_true",
+                   help="update each parameter inside the backward pass as soon as its gradient "
+                        "is complete (coop.optim's backward_step): the same training, bit for "
+                        "bit, without holding every gradient at once; needs --clip 0 where the "
+                        "example clips, and no --distributed")
 
 
 def add_distributed_options(p):
@@ -170,6 +175,12 @@ def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=pri
     coop.distributed.DataParallel), gradients are averaged over the ranks after backward and
     the losses are the ranks' mean (local_losses: this rank's). lr_at(step): the learning
     rate of each step; clip: the largest global gradient norm (coop.optim.clip_grad_norm)."""
+    in_backward = getattr(args, "update_in_backward", False)
+    if in_backward and (clip or dp is not None):
+        raise SystemExit("--update-in-backward updates each parameter as soon as its own "
+                         "gradient is complete, so it cannot clip the global gradient norm "
+                         "first (pass --clip 0) nor average the gradients over ranks first "
+                         "(drop --distributed)")
     rng = np.random.default_rng(args.seed)
     losses, local_losses, used, peaks = [], [], [], []
     bar = tqdm(range(steps), desc=f"train {args.policy}", disable=not progress, leave=False)
@@ -178,16 +189,22 @@ def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=pri
         local_losses.append(float(loss.numpy()))
         losses.append(dp.mean(local_losses[-1]) if dp is not None else local_losses[-1])
         used.append(rt.arena.stats()["used_bytes"])
-        loss.backward()
-        del loss   # not needed (backward releases the graph); frees the value at once
-        if dp is not None:
-            dp.sync_gradients()
-        if clip:
-            optim.clip_grad_norm(opt.params, clip)
-        if lr_at is not None:
-            opt.lr = lr_at(step)
-        opt.step()
-        opt.zero_grad()
+        if in_backward:
+            if lr_at is not None:
+                opt.lr = lr_at(step)
+            opt.backward_step(loss)     # backward, step and zero_grad, bit for bit
+            del loss
+        else:
+            loss.backward()
+            del loss   # not needed (backward releases the graph); frees the value at once
+            if dp is not None:
+                dp.sync_gradients()
+            if clip:
+                optim.clip_grad_norm(opt.params, clip)
+            if lr_at is not None:
+                opt.lr = lr_at(step)
+            opt.step()
+            opt.zero_grad()
         if dp is not None and getattr(args, "check_identical", False):
             dp.check_identical()
         peaks.append(rt.arena.stats()["peak_used_bytes"])

@@ -110,3 +110,23 @@ def test_train_gpt_under_a_budget_is_bit_identical_to_an_unlimited_run(tmp_path)
     assert budgeted["stats"]["recomputes"] > 0 and unlimited["stats"]["recomputes"] == 0
     assert budgeted["losses"] == unlimited["losses"]
     assert budgeted["val_loss"] == unlimited["val_loss"]
+
+
+def test_train_gpt_updates_inside_the_backward_pass_bit_identically(tmp_path):
+    """--update-in-backward (coop.optim's backward_step) trains the same bits as the update
+    after the backward pass, under a budget too (the schedule runs as before; clipping is off
+    for both: it needs every gradient first)."""
+    example = load_example("train_gpt")
+    common = ["--steps", "6", "--layers", "2", "--d-model", "32", "--block", "32", "--batch", "8",
+              "--warmup", "2", "--clip", "0", "--eval-batches", "2", "--log-every", "0",
+              "--backend", "numpy", "--no-progress", "--out", str(tmp_path)]
+    after = example.main(["--budget", "256MiB", *common])
+    inside = example.main(["--budget", "0.7x", "--update-in-backward", *common])
+    assert inside["stats"]["recomputes"] > 0
+    assert inside["losses"] == after["losses"] and inside["val_loss"] == after["val_loss"]
+
+
+def test_update_in_backward_refuses_clipping_with_the_fix(tmp_path):
+    example = load_example("train_gpt")
+    with pytest.raises(SystemExit, match="pass --clip 0"):
+        example.main(["--budget", "256MiB", "--update-in-backward", *TINY, "--out", str(tmp_path)])
