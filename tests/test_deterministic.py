@@ -6,6 +6,7 @@ import pytest
 
 import coop
 from _nvrtc import compile_elementwise
+from _training import train_tiny_gpt
 from coop import ops
 from coop.ops._common import INDEX_ADD_BODY, index_add, index_groups
 
@@ -117,60 +118,21 @@ def test_cupy_index_add_gives_numpys_bits_every_run(case):
 @pytest.mark.cuda
 def test_a_gpt_on_the_device_trains_bit_identically_under_a_budget():
     """A tiny GPT with dropout (Philox) and an embedding (ordered index_add), 3 AdamW steps on
-    CuPy: at a budget that evicts, losses and parameters equal the unlimited run's bits."""
+    CuPy: at a budget that evicts, losses and parameters equal the unlimited run's bits; and
+    with each parameter updated inside the backward pass (Optimizer.backward_step), unlimited
+    and at that budget, the same bits again."""
 
-    def train(budget):
+    def train(budget, in_backward=False):
         rt = coop.Runtime(coop.allocator(budget), policy="coop", cost="h200")
-        model = coop.models.GPT(rt, 16, 32, 2, 2, 32, dropout=0.1, rng=1)
-        opt = coop.optim.AdamW(model.parameters(), lr=1e-2)
-        idx, targets = np.random.default_rng(0).integers(0, 16, (2, 8, 32))
-        losses = []
-        for _ in range(3):
-            loss = model.loss(idx, targets)
-            losses.append(float(loss.numpy()))
-            loss.backward()
-            del loss
-            opt.step()
-            opt.zero_grad()
-        return losses, model.state_dict(), rt.stats()
+        return train_tiny_gpt(rt, lambda params: coop.optim.AdamW(params, lr=1e-2), in_backward)
 
     losses, state, stats = train("256MiB")      # conftest restores CuPy's allocator after
     # 0.7 of the peak: at 0.6 and below this tiny model's first step cannot hold one GELU
     # backward's temporaries beside its constants (the host backend fails there alike)
-    small, small_state, small_stats = train(int(0.7 * stats["peak_used_bytes"]))
-    assert small_stats["recomputes"] > 0
-    assert small == losses
-    for name, value in state.items():
-        np.testing.assert_array_equal(small_state[name], value, err_msg=name)
-
-
-@pytest.mark.cuda
-def test_a_gpt_on_the_device_updates_inside_the_backward_pass_bit_identically():
-    """Optimizer.backward_step on CuPy: the same losses and parameters, bit for bit, as
-    backward(), step() and zero_grad(), unlimited and at a budget that evicts."""
-
-    def train(budget, in_backward):
-        rt = coop.Runtime(coop.allocator(budget), policy="coop", cost="h200")
-        model = coop.models.GPT(rt, 16, 32, 2, 2, 32, dropout=0.1, rng=1)
-        opt = coop.optim.AdamW(model.parameters(), lr=1e-2)
-        idx, targets = np.random.default_rng(0).integers(0, 16, (2, 8, 32))
-        losses = []
-        for _ in range(3):
-            loss = model.loss(idx, targets)
-            losses.append(float(loss.numpy()))
-            if in_backward:
-                opt.backward_step(loss)
-            else:
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-            del loss
-        return losses, model.state_dict(), rt.stats()
-
-    losses, state, stats = train("256MiB", False)    # conftest restores CuPy's allocator after
-    for budget in ("256MiB", int(0.7 * stats["peak_used_bytes"])):
-        got, got_state, got_stats = train(budget, True)
+    small = int(0.7 * stats["peak_used_bytes"])
+    for budget, in_backward in ((small, False), ("256MiB", True), (small, True)):
+        got, got_state, got_stats = train(budget, in_backward)
         assert got == losses
         for name, value in state.items():
             np.testing.assert_array_equal(got_state[name], value, err_msg=name)
-    assert got_stats["recomputes"] > 0
+        assert (got_stats["recomputes"] > 0) == (budget == small)

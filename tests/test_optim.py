@@ -4,6 +4,7 @@ updates (float64, to 1e-12), in-place updates through the recomputable in-place 
 import numpy as np
 import pytest
 from _gradcheck import host_runtime
+from _training import step, train_tiny_gpt
 
 from coop import ops, optim
 
@@ -149,28 +150,13 @@ def test_warmup_cosine_rises_then_decays_to_its_floor():
 
 # ---- updates inside the backward pass (Optimizer.backward_step) ---------------------------------
 
-def _gpt_run(budget, opt_name, in_backward, steps=3, dropout=0.1):
-    """A tiny GPT on the host (dropout and a tied embedding read twice), `steps` steps: its
-    losses, final parameters and stats."""
+def _gpt_run(budget, opt_name, in_backward):
+    """The tiny GPT on the host, 3 steps with SGD (momentum, weight decay) or AdamW."""
     import coop
     rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop", cost="cpu")
-    model = coop.models.GPT(rt, 16, 32, 2, 2, 32, dropout=dropout, rng=1)
-    opt = (optim.AdamW(model.parameters(), lr=1e-2) if opt_name == "adamw" else
-           optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01))
-    idx, targets = np.random.default_rng(0).integers(0, 16, (2, 8, 32))
-    losses = []
-    for _ in range(steps):
-        loss = model.loss(idx, targets)
-        losses.append(float(loss.numpy()))
-        if in_backward:
-            opt.backward_step(loss)
-        else:
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-        del loss
-        assert all(p.grad is None for p in opt.params)
-    return losses, model.state_dict(), rt.stats()
+    return train_tiny_gpt(rt, lambda params: optim.AdamW(params, lr=1e-2) if opt_name == "adamw"
+                          else optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.01),
+                          in_backward)
 
 
 @pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
@@ -269,12 +255,7 @@ def test_backward_step_never_holds_every_gradient():
             h = ops.tanh(ops.matmul(h, w))
         loss = ops.sum(h)
         del h
-        if in_backward:
-            opt.backward_step(loss)
-        else:
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
+        step(opt, loss, in_backward)
         return rt.stats()["peak_used_bytes"], [w.numpy() for w in ws]
 
     full, want = peak(False)
