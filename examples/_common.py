@@ -33,6 +33,13 @@ def make_runtime(budget, policy, backend, cost):
     return coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost=cost)
 
 
+#: --update-in-backward with an option that needs every gradient before any update
+IN_BACKWARD_CONFLICT = ("--update-in-backward updates each parameter as soon as its own gradient "
+                        "is complete, so it cannot clip the global gradient norm first (pass "
+                        "--clip 0) nor average the gradients over ranks first (drop "
+                        "--distributed)")
+
+
 def usage_error(script, message):
     """A bad argument: one line on stderr naming it and the fix, then exit status 2."""
     print(f"{script}: error: {' '.join(str(message).split())}", file=sys.stderr)
@@ -69,6 +76,9 @@ def start(script, args, argv):
         if getattr(args, name) < 1:
             usage_error(script, f"--{name.replace('_', '-')} must be at least 1, got "
                                 f"{getattr(args, name)}")
+    if args.update_in_backward and (getattr(args, "clip", 0) or getattr(args, "distributed",
+                                                                          False)):
+        usage_error(script, IN_BACKWARD_CONFLICT)
     print("command:", " ".join([script, *(sys.argv[1:] if argv is None else argv)]))
 
 
@@ -177,10 +187,7 @@ def run_training(rt, model, opt, next_batch, args, steps, progress=True, log=pri
     rate of each step; clip: the largest global gradient norm (coop.optim.clip_grad_norm)."""
     in_backward = getattr(args, "update_in_backward", False)
     if in_backward and (clip or dp is not None):
-        raise SystemExit("--update-in-backward updates each parameter as soon as its own "
-                         "gradient is complete, so it cannot clip the global gradient norm "
-                         "first (pass --clip 0) nor average the gradients over ranks first "
-                         "(drop --distributed)")
+        raise ValueError(IN_BACKWARD_CONFLICT)
     rng = np.random.default_rng(args.seed)
     losses, local_losses, used, peaks = [], [], [], []
     bar = tqdm(range(steps), desc=f"train {args.policy}", disable=not progress, leave=False)
