@@ -516,3 +516,22 @@ def test_coop_replay_first_step_opens_the_tier_at_its_first_use(tmp_path, capsys
     assert main(["replay", str(path), "--budget", "6KiB", "--policy", "coop,coop-offload"]) == 3
     line = next(x for x in capsys.readouterr().out.splitlines() if "open at the start" in x)
     assert line.split()[-2:] == ["False", "True"]
+
+
+@pytest.mark.parametrize("settle", [True, False])
+def test_a_constant_made_where_it_lies_is_not_copied_out_ahead(tmp_path, settle):
+    """AHEAD with w computed, then made a constant: settled (a gradient left in .grad), it is
+    copied out ahead as the constant w was; made a constant where it lies (settle=False: a
+    backward pass's root, or a gradient that an update inside the pass consumes a few ops
+    later), it is not, and leaves when k needs its range by a copy out then."""
+    records = [AHEAD[0], call("g", [], 0, 2048),
+               {"op": "materialize", "id": 0, **({} if settle else {"settle": False})},
+               *AHEAD[2:]]
+    path = write(tmp_path / "made.jsonl", records)
+    r = R.replay(path, budget=6144, policy="coop-offload", lookahead=0, check=True,
+                 lower_bound_bytes=0)
+    assert r["status"] == "ok"
+    assert r["copies_ahead"] == (1 if settle else 0)
+    assert r["bytes_d2h"] == 7168 and r["offloads"] == 3
+    hidden = 2048 * D2H if settle else 0.0
+    assert r["copy_hidden"] == pytest.approx(hidden)

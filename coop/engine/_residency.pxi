@@ -217,7 +217,11 @@ cdef class _Residency(_Tier):
         self._collect()
         self._reregister(s, 0.0, none, False, settle)
         self.const_bytes += self.arena.request_size(self.size[s])
-        self._pool_constant(s)
+        if settle:
+            # one made a constant where it lies (a backward pass's root, or the gradients of
+            # one that updates inside it) is consumed within a few ops: a copy of it out ahead
+            # would only load the link
+            self._pool_constant(s)
         return 0
 
     cdef int _reregister(self, int s, double cost, vector[int]& neighbors, bint evictable,
