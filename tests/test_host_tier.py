@@ -522,8 +522,8 @@ def test_coop_replay_first_step_opens_the_tier_at_its_first_use(tmp_path, capsys
 def test_a_constant_made_where_it_lies_is_not_copied_out_ahead(tmp_path, settle):
     """AHEAD with w computed, then made a constant: settled (a gradient left in .grad), it is
     copied out ahead as the constant w was; made a constant where it lies (settle=False: a
-    backward pass's root, or a gradient that an update inside the pass consumes a few ops
-    later), it is not, and leaves when k needs its range by a copy out then."""
+    backward pass's root, or a gradient on its way down a pass that updates inside it), it is
+    not, and leaves when k needs its range by a copy out then."""
     records = [AHEAD[0], call("g", [], 0, 2048),
                {"op": "materialize", "id": 0, **({} if settle else {"settle": False})},
                *AHEAD[2:]]

@@ -66,9 +66,8 @@ def backward(root, grad=None, retain_graph=False, on_grad=None):
                         _accumulate(edge, gi, handed)
                         # kept as a constant from now on, as PyTorch's .grad is a plain leaf:
                         # the records behind it can die, so in-place updates of the
-                        # parameters copy nothing; with on_grad it is short-lived (an update
-                        # consumes it), so it stays where it is rather than settling low
-                        edge.grad.runtime.materialize(edge.grad, settle=on_grad is None)
+                        # parameters copy nothing
+                        edge.grad.runtime.materialize(edge.grad)
                 grads = gi = None   # the pass holds no gradient longer than it must
             if waiting is not None:
                 done = _complete(node, waiting)

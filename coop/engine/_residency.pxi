@@ -218,9 +218,9 @@ cdef class _Residency(_Tier):
         self._reregister(s, 0.0, none, False, settle)
         self.const_bytes += self.arena.request_size(self.size[s])
         if settle:
-            # one made a constant where it lies (a backward pass's root, or the gradients of
-            # one that updates inside it) is consumed within a few ops: a copy of it out ahead
-            # would only load the link
+            # one made a constant where it lies (a backward pass's root, or the gradients on
+            # their way down one that updates inside it) is consumed within a few ops: a copy
+            # of it out ahead would only load the link
             self._pool_constant(s)
         return 0
 
