@@ -1,14 +1,16 @@
 """The host tier against coop, from sweeps of `coop bench --policies coop,coop-offload --out DIR`
 (with --device and --optimizer as wanted).
 
-    python benchmarks/tier_table.py DIR [DIR ...]
+    python benchmarks/tier_table.py DIR [DIR ...] [--png FILE]
 
 prints a Markdown table of the minimum feasible ratios per model and sweep (the lower bound and
 the offload floor beside them), then one line per sweep: at how many ratios where coop
 completes coop-offload makes the same run (same status, overhead, evictions, recomputes, moves,
 searches and peak, and no offload), the claims of `coop bench`'s summary (never worse than
 coop; below the lower bound; within 0.05 of the offload floor) and the median (and largest) of
-coop-offload's total search time over coop's at the ratios where both complete.
+coop-offload's total search time over coop's at the ratios where both complete. --png draws the
+minima: one panel per sweep, per model the lower bound and the offload floor as bars, coop's and
+coop-offload's minimum feasible ratios as marks.
 """
 import argparse
 import csv
@@ -82,15 +84,50 @@ def verdicts(summary, rows):
     return text
 
 
-def main():
+def plot(sweeps, path):
+    """The minima per model and sweep (the table's figures), one panel per sweep."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    models = list(sweeps[0][0]["models"])
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.2 * len(sweeps), 4.2), sharey=True,
+                             squeeze=False)
+    xs = range(len(models))
+    for ax, (summary, _) in zip(axes[0], sweeps):
+        ms = [summary["models"][n] for n in models]
+        ax.bar(xs, [m["lower_bound_ratio"] for m in ms], color="0.85",
+               label="lower bound (recompute only)")
+        ax.bar(xs, [m["offload_floor_ratio"] for m in ms], color="0.6", width=0.5,
+               label="offload floor")
+        for policy, mark in (("coop", "o"), ("coop-offload", "v")):
+            ys = [m["policies"][policy]["min_feasible_ratio"] for m in ms]
+            ax.plot([x for x, y in zip(xs, ys) if y is not None],
+                    [y for y in ys if y is not None], mark, linestyle="none", label=policy)
+        meta = summary["meta"]
+        ax.set_title(f"{meta['device']}, {meta['optimizer']}")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(models, rotation=60, ha="right")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("minimum feasible budget (share of the peak)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("folders", nargs="+", help="coop bench --out folders")
-    args = p.parse_args()
+    p.add_argument("--png", default=None, help="draw the minima to this file")
+    args = p.parse_args(argv)
     sweeps = [load(f) for f in args.folders]
     print(table(sweeps))
     print()
     for summary, rows in sweeps:
         print(verdicts(summary, rows))
+    if args.png:
+        plot(sweeps, args.png)
+        print(f"wrote {args.png}")
 
 
 if __name__ == "__main__":
