@@ -48,6 +48,7 @@ class Budget:
             raise ValueError(f"Budget: bare must be 'bytes', or 'ratio' with `of`, got {bare!r}")
         self.value, self.of, self.bare = value, of, bare
         self.nbytes = self.share = None
+        self.bare_share = False      # a share written as a bare number ("0.5")
         if isinstance(value, str):
             self._parse(value.strip())
         elif not isinstance(value, (bool, float)) and hasattr(value, "__index__"):
@@ -75,8 +76,12 @@ class Budget:
                 raise EmptyBudget(self._message(f"is less than 1 byte of {self.of} "
                                                 f"({int(total):,} bytes)"))
         if nbytes > limit:
-            raise ValueError(self._message(f"{nbytes:,} bytes is more than {limit_name} "
-                                           f"({limit:,} bytes)"))
+            problem = f"{nbytes:,} bytes is more than {limit_name} ({limit:,} bytes)"
+            if self.bare_share:
+                # a byte count written without its unit, read as a share
+                problem = (f"a bare number is a share of {self.of} here ({int(total):,} "
+                           f"bytes), so {problem}; for bytes write '{self.value.strip()}B'")
+            raise ValueError(self._message(problem))
         return nbytes
 
     @property
@@ -94,6 +99,7 @@ class Budget:
                 raise ValueError(self._message("a share needs a total, and there is none here"))
             share = number / 100 if unit == "%" else number
             self.share = self._positive(share, number)
+            self.bare_share = unit == ""
         elif unit == "" and "." in match.group(1):
             raise ValueError(self._message("a bare number is bytes here, and bytes are whole"))
         elif unit == "" or unit in UNITS:

@@ -114,6 +114,23 @@ def test_a_budget_above_what_an_arena_holds_is_refused():
     assert parse_budget(ARENA_LIMIT) == ARENA_LIMIT
 
 
+def test_a_byte_count_read_as_a_share_says_how_to_write_bytes():
+    """Where a bare number is a share (coop replay), a byte count without its unit is a share
+    too large for any arena: the error says how it was read and how to write bytes."""
+    budget = Budget("2746258944", of="the peak", bare="ratio")
+    with pytest.raises(ValueError) as info:
+        budget.resolve(10_171_330_560)
+    assert str(info.value).startswith(
+        "budget '2746258944': a bare number is a share of the peak here (10,171,330,560 bytes), "
+        "so 27,933,107,522,780,528,640 bytes is more than an arena holds "
+        f"({ARENA_LIMIT:,} bytes); for bytes write '2746258944B'; give a size")
+    assert Budget("2746258944B", of="the peak", bare="ratio").resolve(10) == 2746258944
+    with pytest.raises(ValueError) as info:            # a share with its unit: as before
+        Budget("1000000000000x", of="the peak", bare="ratio").resolve(10_171_330_560)
+    assert str(info.value).startswith("budget '1000000000000x': 10,171,330,560,000,000,000,000 "
+                                      "bytes is more than an arena holds")
+
+
 def test_host_memory_is_the_physical_memory():
     assert host_memory_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert host_memory_bytes() > 0
