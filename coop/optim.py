@@ -131,11 +131,8 @@ class Optimizer:
                 leaf.grad = None
 
         backward(loss, grad, on_grad=update)
-        for i, p in enumerate(self.params):
-            if p.grad is not None:
-                self._update(apply, i, p, p.grad)
-                p.grad = None
-        self.runtime.mark_step()
+        self.step()          # the parameters the pass did not reach that hold a gradient
+        self.zero_grad()
 
     def _update(self, apply, i, p, g):
         raise NotImplementedError

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from _arena import SEARCH_TIMES
 from _gradcheck import deep_mlp, deep_mlp_loss
+from _training import step
 
 import coop
 import coop.trace.replay as R
@@ -273,14 +274,8 @@ def train_gpt(rt, steps=3, in_backward=False):
         idx = rng.integers(0, 32, (2, 16))
         loss = model.loss(idx, np.roll(idx, -1, axis=1))
         losses.append(float(loss.numpy()))
-        if in_backward:
-            opt.backward_step(loss)
-            del loss
-            continue
-        loss.backward()
+        step(opt, loss, in_backward)
         del loss
-        opt.step()
-        opt.zero_grad()
     return losses, [np.array(p.numpy(), copy=True) for p in model.parameters()]
 
 

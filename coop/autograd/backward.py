@@ -83,7 +83,6 @@ def backward(root, grad=None, retain_graph=False, on_grad=None):
                         if leaf.grad is None:
                             # dropped: its storage id may name a new storage from now on
                             handed.discard(sid)
-                    done = None
             if not retain_graph:
                 node.release()
         if not retain_graph and on_grad is None:
@@ -92,17 +91,18 @@ def backward(root, grad=None, retain_graph=False, on_grad=None):
             root.runtime.materialize(root, settle=False)
 
 
+def _leaves(node):
+    """The leaves node's edges point at (once per edge)."""
+    return (e for e in node.edges if e is not None and not isinstance(e, Node))
+
+
 def _leaf_edges(nodes):
-    """Per leaf (by id): [edges from nodes to it, the leaf]."""
+    """Per leaf (by id): [edges from nodes to it, the leaf (held, so that its id stays its own
+    for the pass)]."""
     waiting = {}
     for node in nodes:
-        for edge in node.edges:
-            if edge is not None and not isinstance(edge, Node):
-                entry = waiting.get(id(edge))
-                if entry is None:
-                    waiting[id(edge)] = [1, edge]
-                else:
-                    entry[0] += 1
+        for leaf in _leaves(node):
+            waiting.setdefault(id(leaf), [0, leaf])[0] += 1
     return waiting
 
 
@@ -110,14 +110,13 @@ def _complete(node, waiting):
     """node has run (or had no gradient to send): the leaves it was the last edge to, that
     hold a gradient."""
     done = []
-    for edge in node.edges:
-        if edge is not None and not isinstance(edge, Node):
-            entry = waiting[id(edge)]
-            entry[0] -= 1
-            if entry[0] == 0:
-                del waiting[id(edge)]
-                if edge.grad is not None:
-                    done.append(edge)
+    for leaf in _leaves(node):
+        entry = waiting[id(leaf)]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del waiting[id(leaf)]
+            if leaf.grad is not None:
+                done.append(leaf)
     return done
 
 
