@@ -59,6 +59,29 @@ cdef enum:
                                   # its own or, a forced mover, a destination outside
 
 
+cdef unsigned char _KINDS[32]
+
+
+cdef void _make_kinds() noexcept:
+    """_KINDS[flags | fits << 3 | cheaper << 4]: an entry's kind but for K_COSTLY, from its
+    ScanRun flags (W_*), whether a free piece holds it (fits) and whether its move costs less
+    than its eviction (cheaper): a movable piece that fits moves when it is not a candidate
+    (forced) or when its move is cheaper; a piece neither free, candidate nor movable is a
+    wall."""
+    cdef int i
+    cdef unsigned char free, cand, movable, mover
+    for i in range(32):
+        free = (i & W_FREE) != 0
+        cand = (i & W_CANDIDATE) != 0
+        movable = (i & W_MOVABLE) != 0 and (i >> 3) & 1
+        mover = movable and (not cand or (i >> 4) & 1)
+        _KINDS[i] = ((free or cand or movable) * K_KEEP | mover * K_MOVER
+                     | (mover and not cand) * K_FORCED | free * K_FREE)
+
+
+_make_kinds()
+
+
 cdef inline void scan_windows(size_t total, size_t size, double* value, double* lane,
                               size_t* cover, unsigned char* flags, unsigned char keep,
                               Visitor out) noexcept:
@@ -86,10 +109,16 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         out.before = INFINITY
         out.after = INFINITY
         out.unsure = False
-        out.next = 0
     for j in range(total):
         f = flags[j]
         if not (f & keep):
+            if Visitor is RankedAt:
+                # the stretch ends: its sums are numbers or the bounds say nothing (its every
+                # window's cost and bound are then numbers); starts lo..j have no window
+                out.unsure = out.unsure or not (p_right - p_right == 0.0)
+                while lo <= j:
+                    out.lbs[lo] = NAN
+                    lo += 1
             p_left = p_right = q_left = q_right = 0.0
             covered = 0
             taken = movers = costly = 0
@@ -106,7 +135,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         elif Visitor is RankedAt:
             p_right = p_right + value[j]
             taken += (f & K_TAKES) != 0
-            costly += (f & K_COSTLY) != 0
+            costly += value[j] > 0.0      # (NaN: the stretch is unsure anyway)
         else:
             p_right = p_right + value[j]
         covered += cover[j]
@@ -132,22 +161,15 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                 p_left = p_left + value[lo]
             else:
                 f = flags[lo]
-                while out.next < lo:        # starts without a window
-                    out.lbs[out.next] = NAN
-                    out.next += 1
-                out.next = lo + 1
-                out.lbs[lo] = NAN
+                cost = p_right - p_left
+                # below the exact sum (MovePlanner.visit); exactly 0.0 without a costly entry
+                lb = cost - p_right * 1e-10 if costly else 0.0
                 # a window whose forced movers outnumber the free pieces outside it has no
                 # plan (the full pass drops it too): it neither is the best nor bounds others
-                if taken <= out.bins:
-                    cost = p_right - p_left
-                    out.unsure = out.unsure or cost != cost
-                    # below the exact sum (MovePlanner.visit); exactly 0.0 without a costly entry
-                    lb = cost - p_right * 1e-10 if costly else 0.0
-                    # sums so large they overflow (inf - inf): the bounds say nothing, and the
-                    # full pass bounds such a window by -inf
-                    out.unsure = out.unsure or lb != lb
-                    out.lbs[lo] = lb
+                lb = lb if taken <= out.bins else NAN
+                out.lbs[lo] = lb
+                # (sums that are not numbers are found where each stretch ends, below)
+                if lb < out.after:
                     if lb < out.least or not out.found:
                         # every window seen so far starts before this one
                         if out.found:
@@ -157,13 +179,16 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                         out.least = lb
                         out.lo = lo
                         out.end = j + 1
-                    elif lb < out.after:
+                    else:
                         out.after = lb
                 taken -= (f & K_TAKES) != 0
-                costly -= (f & K_COSTLY) != 0
+                costly -= value[lo] > 0.0
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1
+    if Visitor is RankedAt:
+        out.unsure = out.unsure or not (p_right - p_right == 0.0)
+        out.next = lo
 
 
 @cython.final
@@ -339,7 +364,7 @@ cdef class Chooser:
         wall, whose free and candidate bytes cover size; candidates cost h, movers (movable,
         not candidates) a copy (on h's scale) and free no bytes. Entries [best_lo, best_end)
         of MovePlanner.fill's arrays; False when there is none."""
-        cdef size_t total = self.planner.fill(now, rate), j
+        cdef size_t total = self.planner.fill(now, rate, True), j
         if self.value.size() < total:
             self.value.resize(total)
             self.cover.resize(total)

@@ -19,7 +19,7 @@ from cython.operator cimport dereference as deref, predecrement
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
 from libc.string cimport memcpy, memset
-from libcpp.algorithm cimport make_heap, nth_element, pop_heap, sort
+from libcpp.algorithm cimport make_heap, nth_element, pop_heap, sort, upper_bound
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from operator import index as _index

@@ -186,6 +186,7 @@ cdef class Chooser:
     cdef bint ideal                     # an ideal arena: no neighbors in memory (dte)
     cdef bint moves_if_blocked          # coop moves only when no evict-only window exists
     cdef vector[double] h               # fill's scratch, an entry per piece in address order: h
+                                        # (MovePlanner: where costs wrote it)
     cdef vector[size_t] size            # ... its size
     cdef vector[unsigned char] flags    # ... its flags
     cdef vector[int] piece              # ... its piece (fill with pieces)
@@ -226,6 +227,11 @@ cdef class MovePlanner:
     cdef vector[int] moved              # ... the plan's moved entries
     cdef size_t size                    # the search's request
     cdef double rate                    # ... its move cost per byte
+    cdef double now                     # ... its clock
+    cdef size_t largest                 # ... the largest free piece
+    cdef bint detailed                  # ... every entry's kind, h and mv written (details)
+    cdef vector[int] run_at             # fill's runs, in address order
+    cdef vector[size_t] run_base        # ... the entry of each one's first piece
     cdef double ub                      # ... the least cost (from above) of a window seen that moves nothing
     cdef double best_cost               # ... the best plan so far: its cost
     cdef size_t best_lo                 # ... its entries, best_lo..best_end-1 (best_end 0: none)
@@ -235,7 +241,8 @@ cdef class MovePlanner:
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
                     double q_right, int taken, int movers, bint costless) noexcept
-    cdef size_t fill(self, double now, double rate) noexcept
+    cdef size_t fill(self, double now, double rate, bint costs) noexcept
+    cdef void details(self, size_t lo, size_t end) noexcept
     cdef void full(self, size_t total) noexcept
     cdef void best_first(self, size_t total) noexcept
     cdef void evaluate(self, size_t lo) noexcept

@@ -2,29 +2,6 @@
 # docs/core.md, "Moving", says what is chosen and why the search finds it.
 
 
-cdef unsigned char _KINDS[32]
-
-
-cdef void _make_kinds() noexcept:
-    """_KINDS[flags | fits << 3 | cheaper << 4]: an entry's kind but for K_COSTLY, from its
-    ScanRun flags (W_*), whether a free piece holds it (fits) and whether its move costs less
-    than its eviction (cheaper): a movable piece that fits moves when it is not a candidate
-    (forced) or when its move is cheaper; a piece neither free, candidate nor movable is a
-    wall."""
-    cdef int i
-    cdef unsigned char free, cand, movable, mover
-    for i in range(32):
-        free = (i & W_FREE) != 0
-        cand = (i & W_CANDIDATE) != 0
-        movable = (i & W_MOVABLE) != 0 and (i >> 3) & 1
-        mover = movable and (not cand or (i >> 4) & 1)
-        _KINDS[i] = ((free or cand or movable) * K_KEEP | mover * K_MOVER
-                     | (mover and not cand) * K_FORCED | free * K_FREE)
-
-
-_make_kinds()
-
-
 cdef bint _fits_with(vector[size_t]& chosen, size_t x, vector[size_t]& outb) noexcept:
     """Whether the sizes chosen (largest first) plus x have distinct destinations among outb
     (largest first): the k-th largest size fits the k-th largest destination, for every k."""
@@ -69,21 +46,19 @@ cdef class MovePlanner:
         then plans are evaluated best-first (docs/core.md, "Moving")."""
         cdef Chooser scan = self.scan
         cdef double t0 = _monotonic(), t1, t2
-        cdef size_t total = self.fill(now, rate)
+        cdef size_t total = self.fill(now, rate, False)
         t1 = _monotonic()
         cdef double* vs = self.v.data()
-        cdef unsigned char* ks = self.kind.data()
         cdef size_t* ss = scan.size.data()
         sort(self.bins.begin(), self.bins.end())   # largest first, then lowest address
         self.size = size
-        self.rate = rate
         # first pass: the window of least bound; when no other window can beat its plan (those
         # that start before it: nor tie it, a tie going to the lowest start), it is the choice
         # (docs/core.md, "Moving": a search that stays cheap)
         cdef Ranked first
         first.bins = <int>self.bins.size()
         first.lbs = self.lbs.data()
-        scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
+        scan_windows(total, size, vs, NULL, ss, self.kind.data(), K_KEEP, &first)
         t2 = _monotonic()
         scan.phases.moving += 1
         scan.phases.fill += t1 - t0
@@ -110,15 +85,24 @@ cdef class MovePlanner:
             self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
         scan.phases.plan += _monotonic() - t2
 
-    cdef size_t fill(self, double now, double rate) noexcept:
-        """Chooser.fill's sweep for this window, in one pass: the scan's scratch arrays (h, mv,
-        sizes, flags, pieces) and each entry's kind and cheapest way out, v (a movable piece
-        that is not a candidate must move, a candidate moves when mv < h; a piece no free piece
-        holds cannot move, whatever the window; a wall has no kind), and the free entries in
-        bins. Returns the number of entries."""
+    cdef size_t fill(self, double now, double rate, bint costs) noexcept:
+        """Chooser.fill's sweep for this window: each entry's cheapest way out, v (a movable
+        piece that is not a candidate must move, a candidate moves when its move costs less
+        than its eviction; a piece no free piece holds cannot move, whatever the window), the
+        scan's sizes, flags and pieces, and the free entries in bins; with costs, every entry's
+        kind, h and mv too (else details(lo, end) writes them for the entries a plan reads).
+        Returns the number of entries.
+
+        One division per entry: a piece's two ways out share its staleness, so v is the
+        cheaper numerator (c', or the copy's size * rate) over it, bit for bit the cheaper of
+        the two quotients (rounding is monotone). Whether the move is the cheaper way compares
+        the numerators: where the quotients round to one value it says move, at no cost to v.
+        The first pass's scan takes each entry's kind from its flags and whether a free piece
+        holds it (_KINDS), as it goes."""
         cdef Chooser scan = self.scan
         cdef size_t total = <size_t>scan.pieces.count
-        cdef size_t largest = scan.pieces.largest_free()
+        self.largest = scan.pieces.largest_free()
+        cdef double largest = <double>self.largest      # sizes are far below 2^53: exact
         if scan.h.size() < total:
             scan.h.resize(total)
             scan.size.resize(total)
@@ -127,51 +111,100 @@ cdef class MovePlanner:
             scan.piece.resize(total)
         if scan.mv.size() < total:
             scan.mv.resize(total)
-        self.v.resize(total)
-        self.kind.resize(total)
+        self.v.resize(total + RUN_LEN)        # the loops' run-on past the last entry
+        self.kind.resize(total + RUN_LEN)
         self.lbs.resize(total)
         self.bins.clear()
-        cdef double* hs = scan.h.data()
-        cdef double* ms = scan.mv.data()
+        self.run_at.clear()
+        self.run_base.clear()
+        self.now = now
+        self.rate = rate
         cdef double* vs = self.v.data()
         cdef unsigned char* ks = self.kind.data()
         cdef ScanRuns runs = scan.pieces.runs
         cdef ScanRun* run
         cdef int r = runs.first, k
         cdef size_t base = 0
-        cdef double s, h, m
-        cdef uint64_t hb, mb
-        cdef unsigned char f
+        cdef double s, c, m
+        cdef unsigned char fl, free, cand, movable, mover
+        cdef uint64_t word
+        cdef int i
         while r >= 0:
             run = &runs.runs[r]
-            for k in range(run.count):          # doubles only: the compiler vectorises it
+            self.run_at.push_back(r)
+            self.run_base.push_back(base)
+            # no branch: the compiler vectorises it, 16 entries at a time; the loop runs on to
+            # a multiple of 16 (the run's unused slots hold stale numbers, and the next run's
+            # entries, written after, replace what they give) so no entry takes the scalar tail
+            for k in range((run.count + 15) & ~15):
+                c = run.cprime[k]               # a free piece's is 0
+                m = run.dsize[k] * rate
+                fl = run.flags[k]
+                free = (fl & W_FREE) != 0
+                cand = (fl & W_CANDIDATE) != 0
+                movable = ((fl & W_MOVABLE) != 0) & (run.dsize[k] <= largest)
+                # a mover: movable, held by a free piece, and not a candidate or cheaper to move
+                mover = movable & ((cand ^ 1) | (m < c))
                 s = now - run.last_access[k]
                 s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
-                hs[base + k] = run.cprime[k] / s
-                ms[base + k] = run.dsize[k] * rate / s
-            # branch-free (the kinds of neighbors are unrelated: branches on them mispredict):
-            # the kind comes from _KINDS, by the flags, whether a free piece holds the entry
-            # and whether its move is the cheaper way out; K_COSTLY is added after
-            for k in range(run.count):
-                h = hs[base + k]
-                m = ms[base + k]
-                f = _KINDS[run.flags[k] | (run.size[k] <= largest) << 3 | (m < h) << 4]
-                # v = m if a mover else h, bit for bit and without a branch (a free piece's h
-                # is 0): the movers are mixed at random, so a branch mispredicts
-                memcpy(&hb, &h, sizeof(double))
-                memcpy(&mb, &m, sizeof(double))
-                hb = hb ^ ((hb ^ mb) & (<uint64_t>0 - <uint64_t>((f & K_MOVER) != 0)))
-                memcpy(&vs[base + k], &hb, sizeof(double))
-                ks[base + k] = f | (hb != 0) * K_COSTLY
+                vs[base + k] = (m if mover else c) / s
+                # the first pass's kind: not a wall, a forced mover, a free piece
+                ks[base + k] = ((free | cand | movable) * K_KEEP
+                                | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
             memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
             memcpy(&scan.flags[base], run.flags, run.count)
             memcpy(&scan.piece[base], run.piece, run.count * sizeof(int))
-            for k in range(run.count):          # free pieces are few: a predictable branch
-                if run.flags[k] & W_FREE:
-                    self.bins.push_back(SizeOffset(SIZE_MAX - run.size[k], base + k))
+            # free pieces are few: eight flags at a time, those with a free one looked into
+            for k in range(0, run.count, 8):
+                memcpy(&word, &run.flags[k], 8)
+                if word & <uint64_t>0x0101010101010101ULL:
+                    for i in range(k, min(k + 8, run.count)):
+                        if run.flags[i] & W_FREE:
+                            self.bins.push_back(SizeOffset(SIZE_MAX - run.size[i], base + i))
             base += run.count
             r = run.next
+        self.detailed = False
+        if costs:
+            self.details(0, total)
+            self.detailed = True
         return total
+
+    cdef void details(self, size_t lo, size_t end) noexcept:
+        """Entries lo..end-1's kind (K_* bits: _KINDS by the flags, whether a free piece holds
+        the entry and whether its move is the cheaper way out, as fill decides it, and
+        K_COSTLY where v is above 0.0), h = c' / staleness and mv = size * rate / staleness,
+        as fill's sweep computes them, bit for bit."""
+        cdef ScanRuns runs = self.scan.pieces.runs
+        cdef double* hs = self.scan.h.data()
+        cdef double* ms = self.scan.mv.data()
+        cdef double* vs = self.v.data()
+        cdef unsigned char* ks = self.kind.data()
+        cdef size_t i, base, j
+        cdef ScanRun* run
+        cdef double s, m
+        cdef int k
+        if lo >= end:
+            return
+        # the run of entry lo: the last whose first entry is at or below it
+        i = <size_t>(upper_bound(self.run_base.begin(), self.run_base.end(), lo)
+                     - self.run_base.begin()) - 1
+        base = self.run_base[i]
+        run = &runs.runs[self.run_at[i]]
+        k = <int>(lo - base)
+        for j in range(lo, end):
+            s = self.now - run.last_access[k]
+            s = s if s > 1.0 else 1.0
+            m = run.dsize[k] * self.rate
+            hs[j] = run.cprime[k] / s
+            ms[j] = m / s
+            ks[j] = (_KINDS[run.flags[k] | (run.size[k] <= self.largest) << 3
+                            | (m < run.cprime[k]) << 4]
+                     | (vs[j] != 0.0) * K_COSTLY)
+            k += 1
+            if k == run.count and j + 1 < end:
+                i += 1
+                run = &runs.runs[self.run_at[i]]
+                k = 0
 
     cdef void full(self, size_t total) noexcept:
         """The full pass, where a first-pass bound is not a number (sums overflowed): the
@@ -182,6 +215,9 @@ cdef class MovePlanner:
         cdef double* qs
         cdef unsigned char* ks = self.kind.data()
         cdef size_t j
+        if not self.detailed:
+            self.details(0, total)
+            self.detailed = True
         self.q.resize(total)
         qs = self.q.data()
         for j in range(total):
@@ -250,6 +286,9 @@ cdef class MovePlanner:
             self.next_lo += 1
         if self.least_lo == total:
             return
+        if not self.detailed:       # plans and bounds of several windows read them
+            self.details(0, total)
+            self.detailed = True
         self.evaluate(self.least_lo)
         lbs[self.least_lo] = NAN
         for lo in range(total):
@@ -291,6 +330,13 @@ cdef class MovePlanner:
         cdef unsigned char k
         self.saving.clear()
         self.mover_sizes.clear()
+        while covered < self.size:
+            covered += ss[end]
+            end += 1
+        if not self.detailed:
+            self.details(lo, end)
+        end = lo
+        covered = 0
         while covered < self.size:
             covered += ss[end]
             k = ks[end]
@@ -348,6 +394,13 @@ cdef class MovePlanner:
         cdef size_t end = lo, covered = 0
         cdef double cost
         self.scan.phases.plans += 1
+        while covered < self.size:
+            covered += ss[end]
+            end += 1
+        if not self.detailed:
+            self.details(lo, end)
+        end = lo
+        covered = 0
         while covered < self.size:
             covered += ss[end]
             movers += (ks[end] & K_MOVER) != 0
