@@ -35,8 +35,21 @@ cdef struct Ranked:
     size_t next         # the first start without a bound written yet
 
 
+cdef struct Least:
+    # the moving window's quick first pass: Ranked's window of least bound and least bounds
+    # before and after it, over every window (its plan possible or not), without counts
+    size_t lo
+    size_t end
+    double least
+    bint found
+    double before
+    double after
+    bint unsure
+
+
 ctypedef Best* BestAt
 ctypedef Ranked* RankedAt
+ctypedef Least* LeastAt
 
 # The scan's visitors: the evict-only and compaction windows keep the cheapest (a Best), the
 # moving window's first pass the window of least bound and bounds of the others (a Ranked), its full
@@ -45,6 +58,7 @@ ctypedef Ranked* RankedAt
 ctypedef fused Visitor:
     BestAt
     RankedAt
+    LeastAt
     MovePlanner
 
 
@@ -99,25 +113,31 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
     cdef double cost, lb, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
     cdef int taken = 0, movers = 0, costly = 0
     cdef unsigned char f
+    # the Ranked's fields in locals (a store through its lbs could alias them: the compiler
+    # would reload them after every window's store)
+    cdef double least = INFINITY, before = INFINITY, after = INFINITY
+    cdef bint found = False, unsure = False
+    cdef double* lbs = NULL
+    cdef int bins = 0
+    cdef size_t least_lo = 0, least_end = 0
     if Visitor is BestAt:
         out.found = False
         out.cost = INFINITY
         out.sum = 0.0
     if Visitor is RankedAt:
-        out.found = False
-        out.least = INFINITY
-        out.before = INFINITY
-        out.after = INFINITY
-        out.unsure = False
+        lbs = out.lbs
+        bins = out.bins
     for j in range(total):
         f = flags[j]
         if not (f & keep):
+            if Visitor is LeastAt:
+                unsure = unsure or not (p_right - p_right == 0.0)
             if Visitor is RankedAt:
                 # the stretch ends: its sums are numbers or the bounds say nothing (its every
                 # window's cost and bound are then numbers); starts lo..j have no window
-                out.unsure = out.unsure or not (p_right - p_right == 0.0)
+                unsure = unsure or not (p_right - p_right == 0.0)
                 while lo <= j:
-                    out.lbs[lo] = NAN
+                    lbs[lo] = NAN
                     lo += 1
             p_left = p_right = q_left = q_right = 0.0
             covered = 0
@@ -132,6 +152,8 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
             movers += (f & K_MOVER) != 0
             taken += (f & K_TAKES) != 0
             costly += (f & K_COSTLY) != 0
+        elif Visitor is LeastAt:
+            p_right = p_right + value[j]
         elif Visitor is RankedAt:
             p_right = p_right + value[j]
             taken += (f & K_TAKES) != 0
@@ -159,6 +181,21 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                     out.end = j + 1
                     out.sum = p_right
                 p_left = p_left + value[lo]
+            elif Visitor is LeastAt:
+                # Ranked's bound, but for a window of costless entries (below 0.0 here)
+                lb = (p_right - p_left) - p_right * 1e-10
+                if lb < after:
+                    if lb < least or not found:
+                        if found:
+                            before = min(before, min(after, least))
+                        after = INFINITY
+                        found = True
+                        least = lb
+                        least_lo = lo
+                        least_end = j + 1
+                    else:
+                        after = lb
+                p_left = p_left + value[lo]
             else:
                 f = flags[lo]
                 cost = p_right - p_left
@@ -166,29 +203,43 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                 lb = cost - p_right * 1e-10 if costly else 0.0
                 # a window whose forced movers outnumber the free pieces outside it has no
                 # plan (the full pass drops it too): it neither is the best nor bounds others
-                lb = lb if taken <= out.bins else NAN
-                out.lbs[lo] = lb
+                lb = lb if taken <= bins else NAN
+                lbs[lo] = lb
                 # (sums that are not numbers are found where each stretch ends, below)
-                if lb < out.after:
-                    if lb < out.least or not out.found:
+                if lb < after:
+                    if lb < least or not found:
                         # every window seen so far starts before this one
-                        if out.found:
-                            out.before = min(out.before, min(out.after, out.least))
-                        out.after = INFINITY
-                        out.found = True
-                        out.least = lb
-                        out.lo = lo
-                        out.end = j + 1
+                        if found:
+                            before = min(before, min(after, least))
+                        after = INFINITY
+                        found = True
+                        least = lb
+                        least_lo = lo
+                        least_end = j + 1
                     else:
-                        out.after = lb
+                        after = lb
                 taken -= (f & K_TAKES) != 0
                 costly -= value[lo] > 0.0
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1
+    if Visitor is LeastAt:
+        out.unsure = unsure or not (p_right - p_right == 0.0)
+        out.found = found
+        out.least = least
+        out.before = before
+        out.after = after
+        out.lo = least_lo
+        out.end = least_end
     if Visitor is RankedAt:
-        out.unsure = out.unsure or not (p_right - p_right == 0.0)
+        out.unsure = unsure or not (p_right - p_right == 0.0)
         out.next = lo
+        out.found = found
+        out.least = least
+        out.before = before
+        out.after = after
+        out.lo = least_lo
+        out.end = least_end
 
 
 @cython.final

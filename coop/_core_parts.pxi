@@ -229,7 +229,10 @@ cdef class MovePlanner:
     cdef double rate                    # ... its move cost per byte
     cdef double now                     # ... its clock
     cdef size_t largest                 # ... the largest free piece
-    cdef bint detailed                  # ... every entry's kind, h and mv written (details)
+    cdef vector[unsigned char] done     # ... each entry's kind, h and mv written (details)
+    cdef bint detailed                  # ... every entry's
+    cdef double undecided               # the share of recent searches the first pass left open
+    cdef size_t first_end               # the end of the window evaluate saw last
     cdef vector[int] run_at             # fill's runs, in address order
     cdef vector[size_t] run_base        # ... the entry of each one's first piece
     cdef double ub                      # ... the least cost (from above) of a window seen that moves nothing

@@ -46,6 +46,7 @@ cdef class MovePlanner:
         then plans are evaluated best-first (docs/core.md, "Moving")."""
         cdef Chooser scan = self.scan
         cdef double t0 = _monotonic(), t1, t2
+        cdef bint decided
         cdef size_t total = self.fill(now, rate, False)
         t1 = _monotonic()
         cdef double* vs = self.v.data()
@@ -54,30 +55,60 @@ cdef class MovePlanner:
         self.size = size
         # first pass: the window of least bound; when no other window can beat its plan (those
         # that start before it: nor tie it, a tie going to the lowest start), it is the choice
-        # (docs/core.md, "Moving": a search that stays cheap)
+        # (docs/core.md, "Moving": a search that stays cheap). Where recent searches were
+        # mostly decided so, a quick pass first: the least bounds over every window, without
+        # counting each one's movers and free pieces nor writing each start's bound; it decides
+        # when its window has a plan and no other bound is below that plan's cost (windows
+        # without a plan only make that test harder to pass)
+        cdef Least quick
         cdef Ranked first
-        first.bins = <int>self.bins.size()
-        first.lbs = self.lbs.data()
-        scan_windows(total, size, vs, NULL, ss, self.kind.data(), K_KEEP, &first)
-        t2 = _monotonic()
+        cdef size_t j
+        cdef int taken = 0
+        cdef unsigned char* ks = self.kind.data()
+        self.best_end = 0
+        self.best_moved.clear()
+        decided = False
+        t2 = t1
+        if self.undecided <= 0.25:
+            scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &quick)
+            t2 = _monotonic()
+            if quick.found and not quick.unsure:
+                for j in range(quick.lo, quick.end):
+                    taken += (ks[j] & K_TAKES) != 0
+                if taken <= <int>self.bins.size():
+                    self.evaluate(quick.lo)
+                    decided = self.best_end != 0 and quick.before > self.best_cost \
+                        and quick.after >= self.best_cost
         scan.phases.moving += 1
         scan.phases.fill += t1 - t0
         scan.phases.scan += t2 - t1
-        self.best_end = 0
-        self.best_moved.clear()
-        if first.found and not first.unsure:
-            self.evaluate(first.lo)
-        if self.best_end == 0 or not (first.before > self.best_cost
-                                      and first.after >= self.best_cost):
+        if not decided:
+            # the first pass proper: bounds over the windows with a plan, each start's written
+            # for best-first
+            self.best_end = 0
+            self.best_moved.clear()
+            t1 = _monotonic()
+            first.bins = <int>self.bins.size()
+            first.lbs = self.lbs.data()
+            scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
+            t1 = _monotonic() - t1
+            scan.phases.scan += t1        # a scan's time, not the plans'
+            scan.phases.plan -= t1
             if first.found and not first.unsure:
-                # the first pass's bounds (one running sum each, no tighter than the full
-                # pass's, never above a plan's): plans best-first from them
-                self.next_lo = first.next      # best_first writes NaN from there on
-                self.least_lo = first.lo
-                self.least = first.least
-                self.best_first(total)
-            else:
-                self.full(total)
+                self.evaluate(first.lo)
+            decided = self.best_end != 0 and first.before > self.best_cost \
+                and first.after >= self.best_cost
+            if not decided:
+                if first.found and not first.unsure:
+                    # the first pass's bounds (one running sum each, no tighter than the full
+                    # pass's, never above a plan's): plans best-first from them
+                    self.next_lo = first.next      # best_first writes NaN from there on
+                    self.least_lo = first.lo
+                    self.least = first.least
+                    self.best_first(total)
+                else:
+                    self.full(total)
+        self.undecided = self.undecided * 0.875 + (0.0 if decided else 0.125)
         if self.best_end != 0:
             plan.cost = self.best_cost
             plan.start = <Py_ssize_t>scan.pieces.at[scan.piece[self.best_lo]].offset
@@ -88,17 +119,16 @@ cdef class MovePlanner:
     cdef size_t fill(self, double now, double rate, bint costs) noexcept:
         """Chooser.fill's sweep for this window: each entry's cheapest way out, v (a movable
         piece that is not a candidate must move, a candidate moves when its move costs less
-        than its eviction; a piece no free piece holds cannot move, whatever the window), the
-        scan's sizes, flags and pieces, and the free entries in bins; with costs, every entry's
-        kind, h and mv too (else details(lo, end) writes them for the entries a plan reads).
-        Returns the number of entries.
+        than its eviction; a piece no free piece holds cannot move, whatever the window), its
+        kind for the first pass (K_KEEP, K_FORCED, K_FREE), the scan's sizes, and the free
+        entries in bins; with costs, every entry's details too (full kind, flags, piece, h and
+        mv; else details(lo, end) writes them for the entries a plan or bound reads). Returns
+        the number of entries.
 
         One division per entry: a piece's two ways out share its staleness, so v is the
         cheaper numerator (c', or the copy's size * rate) over it, bit for bit the cheaper of
         the two quotients (rounding is monotone). Whether the move is the cheaper way compares
-        the numerators: where the quotients round to one value it says move, at no cost to v.
-        The first pass's scan takes each entry's kind from its flags and whether a free piece
-        holds it (_KINDS), as it goes."""
+        the numerators: where the quotients round to one value it says move, at no cost to v."""
         cdef Chooser scan = self.scan
         cdef size_t total = <size_t>scan.pieces.count
         self.largest = scan.pieces.largest_free()
@@ -152,8 +182,6 @@ cdef class MovePlanner:
                 ks[base + k] = ((free | cand | movable) * K_KEEP
                                 | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
             memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
-            memcpy(&scan.flags[base], run.flags, run.count)
-            memcpy(&scan.piece[base], run.piece, run.count * sizeof(int))
             # free pieces are few: eight flags at a time, those with a free one looked into
             for k in range(0, run.count, 8):
                 memcpy(&word, &run.flags[k], 8)
@@ -163,28 +191,34 @@ cdef class MovePlanner:
                             self.bins.push_back(SizeOffset(SIZE_MAX - run.size[i], base + i))
             base += run.count
             r = run.next
+        self.done.assign(total, 0)
         self.detailed = False
         if costs:
             self.details(0, total)
-            self.detailed = True
         return total
 
     cdef void details(self, size_t lo, size_t end) noexcept:
         """Entries lo..end-1's kind (K_* bits: _KINDS by the flags, whether a free piece holds
         the entry and whether its move is the cheaper way out, as fill decides it, and
-        K_COSTLY where v is above 0.0), h = c' / staleness and mv = size * rate / staleness,
-        as fill's sweep computes them, bit for bit."""
+        K_COSTLY where v is above 0.0), flags, piece, h = c' / staleness and mv = size * rate /
+        staleness,
+        bit for bit as a sweep would compute them; each entry once per search (done), however
+        many windows read it."""
         cdef ScanRuns runs = self.scan.pieces.runs
         cdef double* hs = self.scan.h.data()
         cdef double* ms = self.scan.mv.data()
         cdef double* vs = self.v.data()
         cdef unsigned char* ks = self.kind.data()
+        cdef unsigned char* done = self.done.data()
+        cdef unsigned char* fs = self.scan.flags.data()
+        cdef int* ps = self.scan.piece.data()
         cdef size_t i, base, j
         cdef ScanRun* run
         cdef double s, m
         cdef int k
         if lo >= end:
             return
+        self.detailed = self.detailed or (lo == 0 and end == <size_t>self.scan.pieces.count)
         # the run of entry lo: the last whose first entry is at or below it
         i = <size_t>(upper_bound(self.run_base.begin(), self.run_base.end(), lo)
                      - self.run_base.begin()) - 1
@@ -192,14 +226,18 @@ cdef class MovePlanner:
         run = &runs.runs[self.run_at[i]]
         k = <int>(lo - base)
         for j in range(lo, end):
-            s = self.now - run.last_access[k]
-            s = s if s > 1.0 else 1.0
-            m = run.dsize[k] * self.rate
-            hs[j] = run.cprime[k] / s
-            ms[j] = m / s
-            ks[j] = (_KINDS[run.flags[k] | (run.size[k] <= self.largest) << 3
-                            | (m < run.cprime[k]) << 4]
-                     | (vs[j] != 0.0) * K_COSTLY)
+            if not done[j]:
+                s = self.now - run.last_access[k]
+                s = s if s > 1.0 else 1.0
+                m = run.dsize[k] * self.rate
+                hs[j] = run.cprime[k] / s
+                ms[j] = m / s
+                ks[j] = (_KINDS[run.flags[k] | (run.size[k] <= self.largest) << 3
+                                | (m < run.cprime[k]) << 4]
+                         | (vs[j] != 0.0) * K_COSTLY)
+                fs[j] = run.flags[k]
+                ps[j] = run.piece[k]
+                done[j] = 1
             k += 1
             if k == run.count and j + 1 < end:
                 i += 1
@@ -215,9 +253,7 @@ cdef class MovePlanner:
         cdef double* qs
         cdef unsigned char* ks = self.kind.data()
         cdef size_t j
-        if not self.detailed:
-            self.details(0, total)
-            self.detailed = True
+        self.details(0, total)
         self.q.resize(total)
         qs = self.q.data()
         for j in range(total):
@@ -286,9 +322,6 @@ cdef class MovePlanner:
             self.next_lo += 1
         if self.least_lo == total:
             return
-        if not self.detailed:       # plans and bounds of several windows read them
-            self.details(0, total)
-            self.detailed = True
         self.evaluate(self.least_lo)
         lbs[self.least_lo] = NAN
         for lo in range(total):
@@ -296,6 +329,10 @@ cdef class MovePlanner:
             if lbs[lo] <= self.best_cost:
                 self.heap.push_back(pair[double, Py_ssize_t](-lbs[lo], -<Py_ssize_t>lo))
         make_heap(self.heap.begin(), self.heap.end())
+        # windows about as wide as the first, each possibly bounded: where they could read
+        # every entry, every entry's details at once (one sweep, no search per window)
+        if self.heap.size() * (self.first_end - self.least_lo) >= total:
+            self.details(0, total)
         while not self.heap.empty():
             lb = -self.heap.front().first
             lo = <size_t>(-self.heap.front().second)
@@ -330,13 +367,13 @@ cdef class MovePlanner:
         cdef unsigned char k
         self.saving.clear()
         self.mover_sizes.clear()
-        while covered < self.size:
-            covered += ss[end]
-            end += 1
-        if not self.detailed:
+        if not self.detailed:           # its entries' details, before they are read
+            while covered < self.size:
+                covered += ss[end]
+                end += 1
             self.details(lo, end)
-        end = lo
-        covered = 0
+            end = lo
+            covered = 0
         while covered < self.size:
             covered += ss[end]
             k = ks[end]
@@ -394,19 +431,20 @@ cdef class MovePlanner:
         cdef size_t end = lo, covered = 0
         cdef double cost
         self.scan.phases.plans += 1
-        while covered < self.size:
-            covered += ss[end]
-            end += 1
-        if not self.detailed:
+        if not self.detailed:           # its entries' details, before they are read
+            while covered < self.size:
+                covered += ss[end]
+                end += 1
             self.details(lo, end)
-        end = lo
-        covered = 0
+            end = lo
+            covered = 0
         while covered < self.size:
             covered += ss[end]
             movers += (ks[end] & K_MOVER) != 0
             forced += (ks[end] & K_FORCED) != 0
             free += (ks[end] & K_FREE) != 0
             end += 1
+        self.first_end = end            # (best_first reads the first window's)
         if forced > n_bins - free:      # plan needs a destination outside for each
             return
         # as many destinations as there are pieces that may move (a plan never uses more)
@@ -449,6 +487,7 @@ cdef class MovePlanner:
             for k in range(<int>bins.size()):
                 if not taken[k] and bins[k].first >= need:
                     taken[k] = 1
+                    self.details(bins[k].second, bins[k].second + 1)
                     dst_of[order[i].second - best_lo] = at[ps[bins[k].second]].offset
                     break
         is_moved.assign(best_end - best_lo, 0)
