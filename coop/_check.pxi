@@ -48,6 +48,8 @@ cdef _check(Arena a):
             k += 1
         if k == blk.count or blk.size[k] != p.size or blk.dsize[k] != <double>p.size:
             _fail(f"piece at {p.offset} and its run entry disagree")
+        if blk.mlimit[k] != _mlimit(blk.flags[k], blk.cprime[k]):
+            _fail(f"piece at {p.offset} has a move limit its flags and c' do not give")
         if p.free and blk.flags[k] != W_FREE:
             _fail(f"free piece at {p.offset} is not flagged free in its run")
         if p.storage >= 0:

@@ -45,6 +45,8 @@ cdef struct Least:
     double before
     double after
     bint unsure
+    size_t largest      # the largest free piece (flags are the scan's: a piece that must move
+                        # and that no free piece holds is a wall)
 
 
 ctypedef Best* BestAt
@@ -128,7 +130,10 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         lbs = out.lbs
         bins = out.bins
     for j in range(total):
-        f = flags[j]
+        if Visitor is LeastAt:
+            f = _KINDS[flags[j] | (cover[j] <= out.largest) << 3]
+        else:
+            f = flags[j]
         if not (f & keep):
             if Visitor is LeastAt:
                 unsure = unsure or not (p_right - p_right == 0.0)
@@ -415,7 +420,7 @@ cdef class Chooser:
         wall, whose free and candidate bytes cover size; candidates cost h, movers (movable,
         not candidates) a copy (on h's scale) and free no bytes. Entries [best_lo, best_end)
         of MovePlanner.fill's arrays; False when there is none."""
-        cdef size_t total = self.planner.fill(now, rate, True), j
+        cdef size_t total = self.planner.fill(now, rate, True, True), j
         if self.value.size() < total:
             self.value.resize(total)
             self.cover.resize(total)

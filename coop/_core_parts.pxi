@@ -37,6 +37,8 @@ cdef struct ScanRun:
     size_t size[RUN_LEN]            # mirror of the piece's size
     double dsize[RUN_LEN]           # ... as a double (the moving window's fill vectorises)
     double cprime[RUN_LEN]          # mirror of the bound storage's c'; 0 if unbound
+    double mlimit[RUN_LEN]          # a move is its way out iff a free piece holds it and the
+                                    # copy (size * move cost) is below this (_mlimit)
     double last_access[RUN_LEN]     # mirror of the bound storage's last_access
 
 
@@ -244,7 +246,7 @@ cdef class MovePlanner:
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
                     double q_right, int taken, int movers, bint costless) noexcept
-    cdef size_t fill(self, double now, double rate, bint costs) noexcept
+    cdef size_t fill(self, double now, double rate, bint costs, bint kinds) noexcept
     cdef void details(self, size_t lo, size_t end) noexcept
     cdef void full(self, size_t total) noexcept
     cdef void best_first(self, size_t total) noexcept

@@ -46,8 +46,8 @@ cdef class MovePlanner:
         then plans are evaluated best-first (docs/core.md, "Moving")."""
         cdef Chooser scan = self.scan
         cdef double t0 = _monotonic(), t1, t2
-        cdef bint decided
-        cdef size_t total = self.fill(now, rate, False)
+        cdef bint decided, quickly = self.undecided <= 0.25
+        cdef size_t total = self.fill(now, rate, False, not quickly)
         t1 = _monotonic()
         cdef double* vs = self.v.data()
         cdef size_t* ss = scan.size.data()
@@ -65,16 +65,19 @@ cdef class MovePlanner:
         cdef size_t j
         cdef int taken = 0
         cdef unsigned char* ks = self.kind.data()
+        cdef unsigned char* fs = scan.flags.data()
         self.best_end = 0
         self.best_moved.clear()
         decided = False
         t2 = t1
-        if self.undecided <= 0.25:
-            scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &quick)
+        if quickly:
+            # (its kinds from the flags and whether a free piece holds each entry, as it goes)
+            quick.largest = self.largest
+            scan_windows(total, size, vs, NULL, ss, fs, K_KEEP, &quick)
             t2 = _monotonic()
             if quick.found and not quick.unsure:
                 for j in range(quick.lo, quick.end):
-                    taken += (ks[j] & K_TAKES) != 0
+                    taken += (_KINDS[fs[j] | (ss[j] <= self.largest) << 3] & K_TAKES) != 0
                 if taken <= <int>self.bins.size():
                     self.evaluate(quick.lo)
                     decided = self.best_end != 0 and quick.before > self.best_cost \
@@ -88,6 +91,11 @@ cdef class MovePlanner:
             self.best_end = 0
             self.best_moved.clear()
             t1 = _monotonic()
+            if quickly:                 # the first pass's kinds, which fill did not write
+                for j in range(total):
+                    ks[j] = _KINDS[fs[j] | (ss[j] <= self.largest) << 3]
+                self.done.assign(total, 0)     # (details wrote full kinds for some: again)
+                self.detailed = False
             first.bins = <int>self.bins.size()
             first.lbs = self.lbs.data()
             scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
@@ -116,7 +124,7 @@ cdef class MovePlanner:
             self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
         scan.phases.plan += _monotonic() - t2
 
-    cdef size_t fill(self, double now, double rate, bint costs) noexcept:
+    cdef size_t fill(self, double now, double rate, bint costs, bint kinds) noexcept:
         """Chooser.fill's sweep for this window: each entry's cheapest way out, v (a movable
         piece that is not a candidate must move, a candidate moves when its move costs less
         than its eviction; a piece no free piece holds cannot move, whatever the window), its
@@ -156,31 +164,45 @@ cdef class MovePlanner:
         cdef int r = runs.first, k
         cdef size_t base = 0
         cdef double s, c, m
-        cdef unsigned char fl, free, cand, movable, mover
+        cdef unsigned char fl, free, cand, movable, mover, fits
         cdef uint64_t word
         cdef int i
         while r >= 0:
             run = &runs.runs[r]
             self.run_at.push_back(r)
             self.run_base.push_back(base)
-            # no branch: the compiler vectorises it, 16 entries at a time; the loop runs on to
-            # a multiple of 16 (the run's unused slots hold stale numbers, and the next run's
-            # entries, written after, replace what they give) so no entry takes the scalar tail
-            for k in range((run.count + 15) & ~15):
-                c = run.cprime[k]               # a free piece's is 0
-                m = run.dsize[k] * rate
-                fl = run.flags[k]
-                free = (fl & W_FREE) != 0
-                cand = (fl & W_CANDIDATE) != 0
-                movable = ((fl & W_MOVABLE) != 0) & (run.dsize[k] <= largest)
-                # a mover: movable, held by a free piece, and not a candidate or cheaper to move
-                mover = movable & ((cand ^ 1) | (m < c))
-                s = now - run.last_access[k]
-                s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
-                vs[base + k] = (m if mover else c) / s
-                # the first pass's kind: not a wall, a forced mover, a free piece
-                ks[base + k] = ((free | cand | movable) * K_KEEP
-                                | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
+            if kinds:
+                # no branch: the compiler vectorises it, 16 entries at a time; the loop runs
+                # on to a multiple of 16 (the run's unused slots hold stale numbers, and the
+                # next run's entries, written after, replace what they give) so no entry takes
+                # the scalar tail
+                for k in range((run.count + 15) & ~15):
+                    c = run.cprime[k]               # a free piece's is 0
+                    m = run.dsize[k] * rate
+                    fl = run.flags[k]
+                    free = (fl & W_FREE) != 0
+                    cand = (fl & W_CANDIDATE) != 0
+                    fits = run.dsize[k] <= largest
+                    movable = ((fl & W_MOVABLE) != 0) & fits
+                    # a mover: movable, held by a free piece, not a candidate or cheaper to
+                    # move (_mlimit)
+                    mover = fits & (m < run.mlimit[k])
+                    s = now - run.last_access[k]
+                    s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
+                    vs[base + k] = (m if mover else c) / s
+                    # the first pass's kind: not a wall, a forced mover, a free piece
+                    ks[base + k] = ((free | cand | movable) * K_KEEP
+                                    | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
+            else:
+                # no kinds (the quick pass reads the flags): doubles only, vectorised
+                for k in range((run.count + 15) & ~15):
+                    c = run.cprime[k]
+                    m = run.dsize[k] * rate
+                    mover = (run.dsize[k] <= largest) & (m < run.mlimit[k])   # doubles only
+                    s = now - run.last_access[k]
+                    s = s if s > 1.0 else 1.0
+                    vs[base + k] = (m if mover else c) / s
+                memcpy(&scan.flags[base], run.flags, run.count)
             memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
             # free pieces are few: eight flags at a time, those with a free one looked into
             for k in range(0, run.count, 8):

@@ -30,6 +30,15 @@ cdef inline double _way_out(Storage* st, bint offloads) noexcept:
     return st.cprime
 
 
+cdef inline double _mlimit(unsigned char flags, double cprime) noexcept:
+    """An entry's move limit (ScanRun.mlimit): +inf for a movable piece that is not a candidate
+    (it must move), its c' for a movable candidate (it moves when the copy costs less), -inf
+    for a piece that never moves; so the moving window's sweep decides by doubles alone."""
+    if not (flags & W_MOVABLE):
+        return -INFINITY
+    return cprime if flags & W_CANDIDATE else INFINITY
+
+
 @cython.final
 cdef class ScanRuns:
     """The scan entries of a piece table's pieces, in runs of up to RUN_LEN."""
@@ -98,6 +107,7 @@ cdef class ScanRuns:
         run.dsize[k] = <double>run.size[k]
         run.flags[k] = W_FREE if self.pieces[0][idx].free else 0
         run.cprime[k] = 0.0
+        run.mlimit[k] = -INFINITY
 
     cdef inline void mirror_storage(self, int idx, Storage* st) noexcept:
         """Mirror the scan inputs of st, bound to piece idx, into its entry."""
@@ -106,6 +116,7 @@ cdef class ScanRuns:
         run.cprime[k] = _way_out(st, self.offloads)
         run.last_access[k] = st.last_access
         run.flags[k] = _flags(st, self.offloads)
+        run.mlimit[k] = _mlimit(run.flags[k], run.cprime[k])
 
     cdef inline void mirror_wall(self, int idx) noexcept:
         """Used piece idx lost its storage: its entry is an anonymous wall."""
@@ -113,6 +124,7 @@ cdef class ScanRuns:
         cdef int k = self.entry(idx)
         run.flags[k] = 0
         run.cprime[k] = 0.0
+        run.mlimit[k] = -INFINITY
 
     cdef inline unsigned char flags(self, int idx) noexcept:
         return self.runs[self.pieces[0][idx].run].flags[self.entry(idx)]
@@ -124,6 +136,7 @@ cdef class ScanRuns:
         dst.size[k] = src.size[j]
         dst.dsize[k] = src.dsize[j]
         dst.cprime[k] = src.cprime[j]
+        dst.mlimit[k] = src.mlimit[j]
         dst.last_access[k] = src.last_access[j]
         self.pieces[0][dst.piece[k]].run = r
         self.pieces[0][dst.piece[k]].at_k = <unsigned char>k
@@ -139,6 +152,7 @@ cdef class ScanRuns:
         memmove(&run.size[k + by], &run.size[k], n * sizeof(size_t))
         memmove(&run.dsize[k + by], &run.dsize[k], n * sizeof(double))
         memmove(&run.cprime[k + by], &run.cprime[k], n * sizeof(double))
+        memmove(&run.mlimit[k + by], &run.mlimit[k], n * sizeof(double))
         memmove(&run.last_access[k + by], &run.last_access[k], n * sizeof(double))
 
     cdef void insert(self, int after, int idx) noexcept:
@@ -179,6 +193,7 @@ cdef class ScanRuns:
         run.size[k] = p.size
         run.dsize[k] = <double>p.size
         run.cprime[k] = 0.0
+        run.mlimit[k] = -INFINITY
         run.last_access[k] = 0.0
         p.run = r
         p.at_k = <unsigned char>k
