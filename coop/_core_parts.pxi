@@ -242,6 +242,10 @@ cdef class MovePlanner:
     cdef size_t best_lo                 # ... its entries, best_lo..best_end-1 (best_end 0: none)
     cdef size_t best_end
     cdef vector[int] best_moved         # ... its moved entries
+    cdef vector[SizeOffset] order       # destinations' scratch: the moved entries, largest first
+    cdef vector[unsigned char] taken    # ... each free entry: taken as a destination
+    cdef vector[size_t] dst_of          # ... each entry of the window: its destination
+    cdef vector[unsigned char] is_moved # ... each entry of the window: moved
     cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,

@@ -489,36 +489,42 @@ cdef class MovePlanner:
         cdef unsigned char* fs = scan.flags.data()
         cdef int* ps = scan.piece.data()
         cdef Piece* at = scan.pieces.at.data()
-        cdef vector[SizeOffset] order, bins
-        cdef size_t i, j, need
-        cdef int k
+        cdef vector[SizeOffset]* order = &self.order
+        cdef size_t i, j, need, n = self.bins.size(), size, pick_size = 0
+        cdef Py_ssize_t k, pick
+        order.clear()
         for i in range(best_moved.size()):
             order.push_back(SizeOffset(SIZE_MAX - ss[best_moved[i]], <size_t>best_moved[i]))
         sort(order.begin(), order.end())
-        for i in range(self.bins.size()):
-            j = self.bins[i].second
-            if j < best_lo or j >= best_end:
-                bins.push_back(SizeOffset(SIZE_MAX - self.bins[i].first, j))
-        sort(bins.begin(), bins.end())
-        cdef vector[size_t] dst_of
-        cdef vector[unsigned char] taken, is_moved
-        dst_of.assign(best_end - best_lo, 0)
-        taken.assign(bins.size(), 0)
+        # bins (largest first, then lowest address) scanned for each moved piece: the smallest
+        # untaken one outside the window that holds it, then the lowest address (few pieces
+        # move: no sort of the free pieces, no scratch but a flag each)
+        self.taken.assign(n, 0)
+        self.dst_of.assign(best_end - best_lo, 0)
         for i in range(order.size()):
-            need = SIZE_MAX - order[i].first
-            for k in range(<int>bins.size()):
-                if not taken[k] and bins[k].first >= need:
-                    taken[k] = 1
-                    self.details(bins[k].second, bins[k].second + 1)
-                    dst_of[order[i].second - best_lo] = at[ps[bins[k].second]].offset
-                    break
-        is_moved.assign(best_end - best_lo, 0)
+            need = SIZE_MAX - order[0][i].first
+            pick = -1
+            for k in range(<Py_ssize_t>n):
+                j = self.bins[k].second
+                size = SIZE_MAX - self.bins[k].first
+                if self.taken[k] or size < need or (best_lo <= j < best_end):
+                    continue
+                # (later entries are no larger; an equal one is at a higher address)
+                if pick < 0 or size < pick_size:
+                    pick = k
+                    pick_size = size
+            if pick >= 0:
+                self.taken[pick] = 1
+                j = self.bins[pick].second
+                self.details(j, j + 1)
+                self.dst_of[order[0][i].second - best_lo] = at[ps[j]].offset
+        self.is_moved.assign(best_end - best_lo, 0)
         for i in range(best_moved.size()):
-            is_moved[best_moved[i] - best_lo] = 1
+            self.is_moved[best_moved[i] - best_lo] = 1
         for j in range(best_lo, best_end):
-            if is_moved[j - best_lo]:
+            if self.is_moved[j - best_lo]:
                 plan.moves.push_back(at[ps[j]].storage)
-                plan.dst.push_back(dst_of[j - best_lo])
+                plan.dst.push_back(self.dst_of[j - best_lo])
             elif fs[j] & W_CANDIDATE:
                 victims.push_back(at[ps[j]].storage)
 
