@@ -734,6 +734,7 @@ cdef class Arena:
         cdef int code = policy_code(policy, self.ideal)
         cdef vector[int] victims
         cdef MovePlan plan
+        memset(&self.chooser.phases, 0, sizeof(SearchPhases))
         _choose(self, size, code, _clock_arg(now), victims, &plan)
         return {
             "victims": [self.storages.at[s].sid for s in victims],
@@ -743,6 +744,14 @@ cdef class Arena:
             "start": plan.start if plan.start >= 0 else None,
             "pieces": plan.pieces,
         }
+
+    def last_search(self):
+        """The phases of the last choice (choose_plan's, or the eviction loop's last search):
+        seconds sweeping, scanning and planning, plans evaluated, whether the moving window
+        ran and whether its quick first pass decided (docs/core.md, Moving)."""
+        cdef SearchPhases* p = &self.chooser.phases
+        return {"fill_time": p.fill, "scan_time": p.scan, "plan_time": p.plan,
+                "plans_evaluated": p.plans, "moving": bool(p.moving), "quick_decided": bool(p.quick)}
 
     def choose_victims(self, nbytes, policy, now):
         """The storages the policy would evict for a request of nbytes (evicts nothing)."""

@@ -82,6 +82,7 @@ cdef struct SearchPhases:
     double plan                # the moving window's plans: best first, bounds, destinations
     long long plans            # plans evaluated (MovePlanner.evaluate)
     long long moving           # searches that ran the moving window
+    long long quick            # ... that its quick first pass decided
 
 
 cdef struct Counters:

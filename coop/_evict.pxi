@@ -38,6 +38,7 @@ cdef inline void _add_phases(SearchPhases* total, SearchPhases* one) noexcept:
     total.plan += one.plan
     total.plans += one.plans
     total.moving += one.moving
+    total.quick += one.quick
 
 
 @cython.final
@@ -65,6 +66,7 @@ cdef class EvictionLoop:
             "search_plan_time": c.phases.plan,
             "plans_evaluated": c.phases.plans,
             "moving_searches": c.phases.moving,
+            "quick_decided": c.phases.quick,
         }
 
     cdef void lost(self, int slot) noexcept:

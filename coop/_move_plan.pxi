@@ -82,6 +82,7 @@ cdef class MovePlanner:
                     self.evaluate(quick.lo)
                     decided = self.best_end != 0 and quick.before > self.best_cost \
                         and quick.after >= self.best_cost
+                    scan.phases.quick += decided
         scan.phases.moving += 1
         scan.phases.fill += t1 - t0
         scan.phases.scan += t2 - t1
