@@ -54,8 +54,10 @@ ctypedef Ranked* RankedAt
 ctypedef Least* LeastAt
 
 # The scan's visitors: the evict-only and compaction windows keep the cheapest (a Best), the
-# moving window's first pass the window of least bound and bounds of the others (a Ranked), its full
-# pass hands each window to the planner, whose movers' costs sum apart. A fused type, so each
+# moving window's first passes the window of least bound and bounds of the others (a Least,
+# quick: every window, nothing counted or written; a Ranked: the windows with a plan, each
+# start's bound written), its full pass hands each window to the planner, whose movers' costs
+# sum apart. A fused type, so each
 # gets its own compiled scan with no test of the others' in the inner loop.
 ctypedef fused Visitor:
     BestAt
@@ -108,9 +110,11 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
     flags are kinds (K_*), the movers' costs are in lane (and 0.0 in value) and sum apart, in
     q_right - q_left, the window's movers, costly entries and forced movers plus free pieces
     (taken: a window has a plan only if taken <= the free pieces in all) are counted, and each
-    window goes to planner.visit; with a Ranked (the first pass, lane unused), it
-    keeps the window of least bound and the least bounds before and after it; with a Best
-    (lane unused), the cheapest window (ties: the first)."""
+    window goes to planner.visit; with a Ranked (the counting first pass, lane unused), it
+    keeps the window of least bound and the least bounds before and after it; with a Least
+    (the quick first pass: flags are the scan's W_* bits, read with the largest free piece),
+    the same over every window; with a Best (lane unused), the cheapest window (ties: the
+    first)."""
     cdef size_t j, lo = 0, covered = 0
     cdef double cost, lb, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
     cdef int taken = 0, movers = 0, costly = 0
