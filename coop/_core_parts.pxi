@@ -236,6 +236,7 @@ cdef class MovePlanner:
     cdef bint detailed                  # ... every entry's
     cdef double undecided               # the share of recent searches the first pass left open
     cdef size_t first_end               # the end of the window evaluate saw last
+    cdef double popped                  # the share of ordered windows recent best-firsts popped
     cdef vector[int] run_at             # fill's runs, in address order
     cdef vector[size_t] run_base        # ... the entry of each one's first piece
     cdef double ub                      # ... the least cost (from above) of a window seen that moves nothing

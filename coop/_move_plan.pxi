@@ -335,7 +335,8 @@ cdef class MovePlanner:
         cost are ordered."""
         cdef double* lbs = self.lbs.data()
         cdef double lb
-        cdef size_t lo
+        cdef size_t lo, i, kept, ordered, popped = 0
+        cdef bint eager
         self.best_cost = INFINITY
         self.best_end = 0
         self.best_moved.clear()
@@ -351,11 +352,26 @@ cdef class MovePlanner:
             # with no plan yet (the first was infeasible), best_cost is +inf: all are kept
             if lbs[lo] <= self.best_cost:
                 self.heap.push_back(pair[double, Py_ssize_t](-lbs[lo], -<Py_ssize_t>lo))
-        make_heap(self.heap.begin(), self.heap.end())
         # windows about as wide as the first, each possibly bounded: where they could read
         # every entry, every entry's details at once (one sweep, no search per window)
         if self.heap.size() * (self.first_end - self.least_lo) >= total:
             self.details(0, total)
+        # where recent searches popped most of the windows they ordered (a running share, each
+        # search weighing 1/8), every kept window's bound is tightened before they are
+        # ordered, and those it puts above the best plan's cost are dropped: the heap holds
+        # fewer, each popped one needs no bound; else bounds are tightened as windows are popped
+        eager = self.best_end != 0 and self.popped > 0.5
+        if eager:
+            kept = 0
+            for i in range(self.heap.size()):
+                lo = <size_t>(-self.heap[i].second)
+                lb = self.bound(lo, -self.heap[i].first)
+                if lb < self.best_cost or (lb == self.best_cost and lo < self.best_lo):
+                    self.heap[kept] = pair[double, Py_ssize_t](-lb, -<Py_ssize_t>lo)
+                    kept += 1
+            self.heap.resize(kept)
+        ordered = self.heap.size()
+        make_heap(self.heap.begin(), self.heap.end())
         while not self.heap.empty():
             lb = -self.heap.front().first
             lo = <size_t>(-self.heap.front().second)
@@ -365,12 +381,20 @@ cdef class MovePlanner:
                 break
             pop_heap(self.heap.begin(), self.heap.end())
             self.heap.pop_back()
+            popped += 1
             if self.best_end == 0:
                 self.evaluate(lo)
                 continue
-            lb = self.bound(lo, lb)
+            if not eager:
+                lb = self.bound(lo, lb)
             if lb < self.best_cost or (lb == self.best_cost and lo < self.best_lo):
                 self.evaluate(lo)
+        if not eager and ordered > 0:
+            self.popped = self.popped * 0.875 + 0.125 * popped / ordered
+        elif eager:
+            # (its pops say nothing of how many lazy bounds would pop: drift down, so that
+            # about one search in ten tries lazily again and measures)
+            self.popped = self.popped * 0.875 + 0.125 * 0.25
 
     cdef double bound(self, size_t lo, double lb) noexcept:
         """A tighter bound of the window from lo (lb: its bound), never below lb: its own sum
