@@ -748,10 +748,13 @@ cdef class Arena:
     def last_search(self):
         """The phases of the last choice (choose_plan's, or the eviction loop's last search):
         seconds sweeping, scanning and planning, plans evaluated, whether the moving window
-        ran and whether its quick first pass decided (docs/core.md, Moving)."""
+        ran, whether its quick first pass decided, and how its best-first pass tightened the
+        windows' bounds ("eager": all before ordering them, "lazy": as popped; None when it did
+        not run) (docs/core.md, Moving)."""
         cdef SearchPhases* p = &self.chooser.phases
         return {"fill_time": p.fill, "scan_time": p.scan, "plan_time": p.plan,
-                "plans_evaluated": p.plans, "moving": bool(p.moving), "quick_decided": bool(p.quick)}
+                "plans_evaluated": p.plans, "moving": bool(p.moving), "quick_decided": bool(p.quick),
+                "best_first": "eager" if p.eager else "lazy" if p.lazy else None}
 
     def choose_victims(self, nbytes, policy, now):
         """The storages the policy would evict for a request of nbytes (evicts nothing)."""

@@ -83,6 +83,8 @@ cdef struct SearchPhases:
     long long plans            # plans evaluated (MovePlanner.evaluate)
     long long moving           # searches that ran the moving window
     long long quick            # ... that its quick first pass decided
+    long long lazy             # ... whose best-first pass tightened bounds as it popped them
+    long long eager            # ... whose best-first pass tightened every bound first
 
 
 cdef struct Counters:
@@ -237,6 +239,7 @@ cdef class MovePlanner:
     cdef double undecided               # the share of recent searches the first pass left open
     cdef size_t first_end               # the end of the window evaluate saw last
     cdef double popped                  # the share of ordered windows recent best-firsts popped
+    cdef int eager_run                  # best-firsts in a row that tightened every bound first
     cdef vector[int] run_at             # fill's runs, in address order
     cdef vector[size_t] run_base        # ... the entry of each one's first piece
     cdef double ub                      # ... the least cost (from above) of a window seen that moves nothing

@@ -39,6 +39,8 @@ cdef inline void _add_phases(SearchPhases* total, SearchPhases* one) noexcept:
     total.plans += one.plans
     total.moving += one.moving
     total.quick += one.quick
+    total.lazy += one.lazy
+    total.eager += one.eager
 
 
 @cython.final

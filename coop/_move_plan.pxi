@@ -356,11 +356,14 @@ cdef class MovePlanner:
         # every entry, every entry's details at once (one sweep, no search per window)
         if self.heap.size() * (self.first_end - self.least_lo) >= total:
             self.details(0, total)
-        # where recent searches popped most of the windows they ordered (a running share, each
-        # search weighing 1/8), every kept window's bound is tightened before they are
-        # ordered, and those it puts above the best plan's cost are dropped: the heap holds
-        # fewer, each popped one needs no bound; else bounds are tightened as windows are popped
-        eager = self.best_end != 0 and self.popped > 0.5
+        # where recent searches popped most of the windows they ordered (a running share over
+        # the searches that tightened bounds as they popped, each weighing 1/8), every kept
+        # window's bound is tightened before they are ordered, and those it puts above the
+        # best plan's cost are dropped: the heap holds fewer, each popped one needs no bound;
+        # else, and every ninth such search (to measure the share again), bounds are
+        # tightened as windows are popped
+        eager = self.best_end != 0 and self.popped > 0.5 and self.eager_run < 8
+        self.eager_run = self.eager_run + 1 if eager else 0
         if eager:
             kept = 0
             for i in range(self.heap.size()):
@@ -371,6 +374,8 @@ cdef class MovePlanner:
                     kept += 1
             self.heap.resize(kept)
         ordered = self.heap.size()
+        self.scan.phases.eager += eager
+        self.scan.phases.lazy += not eager
         make_heap(self.heap.begin(), self.heap.end())
         while not self.heap.empty():
             lb = -self.heap.front().first
@@ -391,10 +396,6 @@ cdef class MovePlanner:
                 self.evaluate(lo)
         if not eager and ordered > 0:
             self.popped = self.popped * 0.875 + 0.125 * popped / ordered
-        elif eager:
-            # (its pops say nothing of how many lazy bounds would pop: drift down, so that
-            # about one search in ten tries lazily again and measures)
-            self.popped = self.popped * 0.875 + 0.125 * 0.25
 
     cdef double bound(self, size_t lo, double lb) noexcept:
         """A tighter bound of the window from lo (lb: its bound), never below lb: its own sum

@@ -297,6 +297,34 @@ def test_both_first_passes_agree_with_the_reference():
     core.check()
 
 
+def test_both_best_first_orders_agree_with_the_reference():
+    """Best-first tightens each window's bound as it pops it (lazy) until recent searches
+    popped most of what they ordered, then every bound before ordering (eager), with a lazy one
+    every ninth time to measure again. Pieces whose move is far cheaper than their eviction and two
+    free pieces: every window's first bound counts its four movers as moving, but two can, so
+    best-first pops nearly every window it orders; searched again and again, both orders run,
+    and every choice is the reference's."""
+    kinds = []
+    for seed in range(3):
+        arenas = [coop.Arena(64 * 120), ReferenceArena(64 * 120)]
+        for arena in arenas:
+            arena.move_cost = 1 / 64
+            r = random.Random(seed)
+            for sid in range(120):
+                arena.add_storage(sid, r.randint(50, 150), [])
+                arena.touch(sid, 1000 - r.randint(1, 100))
+                arena.allocate(64, EXPENSIVE, sid)
+            for sid in r.sample(range(120), 2):
+                arena.free(arena.storage_info(sid)["offset"])
+        core, reference = arenas
+        for _ in range(24):
+            plan = core.choose_plan(256, "coop", 1000)
+            assert reference.choose_plan(256, "coop", 1000) == plan
+            kinds.append(core.last_search()["best_first"])
+        core.check()
+    assert kinds.count("eager") >= 36 and kinds.count("lazy") >= 12, kinds
+
+
 def test_moving_window_agrees_with_the_reference_when_sums_overflow():
     """Costs near the largest double: running sums overflow to inf and their differences are
     not numbers, so the first pass's bounds say nothing and the full pass decides; the choice
