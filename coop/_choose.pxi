@@ -100,6 +100,12 @@ cdef void _make_kinds() noexcept:
 _make_kinds()
 
 
+cdef inline unsigned char _first_kind(unsigned char flags, size_t size, size_t largest) noexcept:
+    """An entry's kind for the moving window's first passes (K_KEEP, K_FORCED, K_FREE): by its
+    flags and whether a free piece (the largest: largest) holds it."""
+    return _KINDS[flags | (size <= largest) << 3]
+
+
 cdef inline void scan_windows(size_t total, size_t size, double* value, double* lane,
                               size_t* cover, unsigned char* flags, unsigned char keep,
                               Visitor out) noexcept:
@@ -135,7 +141,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         bins = out.bins
     for j in range(total):
         if Visitor is LeastAt:
-            f = _KINDS[flags[j] | (cover[j] <= out.largest) << 3]
+            f = _first_kind(flags[j], cover[j], out.largest)
         else:
             f = flags[j]
         if not (f & keep):

@@ -256,6 +256,7 @@ cdef class MovePlanner:
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
                     double q_right, int taken, int movers, bint costless) noexcept
     cdef size_t fill(self, double now, double rate, bint costs, bint kinds) noexcept
+    cdef void window_details(self, size_t lo) noexcept
     cdef void details(self, size_t lo, size_t end) noexcept
     cdef void full(self, size_t total) noexcept
     cdef void best_first(self, size_t total) noexcept

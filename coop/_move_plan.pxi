@@ -77,7 +77,7 @@ cdef class MovePlanner:
             t2 = _monotonic()
             if quick.found and not quick.unsure:
                 for j in range(quick.lo, quick.end):
-                    taken += (_KINDS[fs[j] | (ss[j] <= self.largest) << 3] & K_TAKES) != 0
+                    taken += (_first_kind(fs[j], ss[j], self.largest) & K_TAKES) != 0
                 if taken <= <int>self.bins.size():
                     self.evaluate(quick.lo)
                     decided = self.best_end != 0 and quick.before > self.best_cost \
@@ -94,7 +94,7 @@ cdef class MovePlanner:
             t1 = _monotonic()
             if quickly:                 # the first pass's kinds, which fill did not write
                 for j in range(total):
-                    ks[j] = _KINDS[fs[j] | (ss[j] <= self.largest) << 3]
+                    ks[j] = _first_kind(fs[j], ss[j], self.largest)
                 self.done.assign(total, 0)     # (details wrote full kinds for some: again)
                 self.detailed = False
             first.bins = <int>self.bins.size()
@@ -219,6 +219,18 @@ cdef class MovePlanner:
         if costs:
             self.details(0, total)
         return total
+
+    cdef void window_details(self, size_t lo) noexcept:
+        """The details of the smallest window from lo that covers the request, before a bound
+        or a plan reads them (nothing to do once every entry's are written)."""
+        cdef size_t end = lo, covered = 0
+        cdef size_t* ss = self.scan.size.data()
+        if self.detailed:
+            return
+        while covered < self.size:
+            covered += ss[end]
+            end += 1
+        self.details(lo, end)
 
     cdef void details(self, size_t lo, size_t end) noexcept:
         """Entries lo..end-1's kind (K_* bits: _KINDS by the flags, whether a free piece holds
@@ -415,13 +427,7 @@ cdef class MovePlanner:
         cdef unsigned char k
         self.saving.clear()
         self.mover_sizes.clear()
-        if not self.detailed:           # its entries' details, before they are read
-            while covered < self.size:
-                covered += ss[end]
-                end += 1
-            self.details(lo, end)
-            end = lo
-            covered = 0
+        self.window_details(lo)
         while covered < self.size:
             covered += ss[end]
             k = ks[end]
@@ -479,13 +485,7 @@ cdef class MovePlanner:
         cdef size_t end = lo, covered = 0
         cdef double cost
         self.scan.phases.plans += 1
-        if not self.detailed:           # its entries' details, before they are read
-            while covered < self.size:
-                covered += ss[end]
-                end += 1
-            self.details(lo, end)
-            end = lo
-            covered = 0
+        self.window_details(lo)
         while covered < self.size:
             covered += ss[end]
             movers += (ks[end] & K_MOVER) != 0
