@@ -124,6 +124,8 @@ cdef _check_storages(Arena a):
             _fail(f"storage {st.sid} and its piece disagree")
         if st.piece >= 0 and st.eq_class != -1:
             _fail(f"resident storage {st.sid} is in an evicted class")
+        if S.cls[slot] != st.eq_class:
+            _fail(f"storage {st.sid}: class mirror {S.cls[slot]}, its class {st.eq_class}")
         for n in S.adjacency[slot]:
             if not S.at[n].live or not _contains(S.adjacency[n], slot):
                 _fail(f"adjacency of storage {st.sid} is not symmetric")

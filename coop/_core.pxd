@@ -2,7 +2,7 @@
 # They use the enums, Arena's readonly fields and c_* methods (plus request_size, largest_free),
 # AllocLog's c_* methods through Arena.log, Evictor and policy_code; nothing else.
 cimport cython
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from libcpp.vector cimport vector
 
 cdef class Arena

@@ -166,7 +166,10 @@ cdef class Storages:
                                         # may hold duplicates and stale slots, pruned on refresh)
     cdef vector[unsigned int] stamps    # per storage slot: dedup mark of refresh_class
     cdef unsigned int stamp_now         # the current mark
-    cdef vector[int] seen               # cprime scratch: distinct classes of one storage
+    cdef vector[int] cls                # per storage slot: its eq_class (a compact mirror
+                                        # that cprime reads, -1 while resident or in none)
+    cdef vector[uint64_t] class_mark    # per class: the cprime call that last counted it
+    cdef uint64_t mark                  # the current cprime call's mark
     cdef PieceTable pieces              # where resident storages' scan inputs are mirrored
     cdef int add(self, int64_t key, double cost, vector[int]& neighbors, bint evictable) noexcept
     cdef void remove(self, int slot) noexcept

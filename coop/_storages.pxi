@@ -40,6 +40,7 @@ cdef class Storages:
                                       INFINITY))
             self.adjacency.push_back(vector[int]())
             self.stamps.push_back(0)
+            self.cls.push_back(-1)
         self.at[slot] = Storage(key, cost, cost, 0.0, -1, 0, evictable, -1, slot, slot, True, True,
                                INFINITY)
         self.adjacency[slot].clear()
@@ -150,6 +151,7 @@ cdef class Storages:
             c = <int>self.classes.size()
             self.classes.push_back(EvictedClass(0.0, -1, 0))
             self.frontier.push_back(vector[int]())
+            self.class_mark.push_back(0)
         self.classes[c].cost = self.at[slot].cost
         self.classes[c].head = slot
         self.classes[c].size = 1
@@ -159,6 +161,7 @@ cdef class Storages:
             if self.at[n].piece >= 0:
                 self.frontier[c].push_back(n)
         self.at[slot].eq_class = c
+        self.cls[slot] = c
         self.at[slot].eq_next = slot
         self.at[slot].eq_prev = slot
         return c
@@ -172,6 +175,7 @@ cdef class Storages:
         cdef int m = hb
         while True:
             self.at[m].eq_class = a
+            self.cls[m] = a
             m = self.at[m].eq_next
             if m == hb:
                 break
@@ -211,20 +215,26 @@ cdef class Storages:
             self.at[st.eq_prev].eq_next = st.eq_next
             self.at[st.eq_next].eq_prev = st.eq_prev
         st.eq_class = -1
+        self.cls[slot] = -1
         st.eq_next = slot
         st.eq_prev = slot
 
     cdef double cprime(self, int slot) noexcept:
-        """cost + the cost of each distinct class among the evicted neighbors."""
+        """cost + the cost of each distinct class among the evicted neighbors, summed in the
+        order of their first neighbor (a resident storage is in no class: cls is -1). Leaves
+        the classes it counted marked with this call's mark (refresh_class reads it)."""
         cdef double total = self.at[slot].cost
         cdef int n, c
-        self.seen.clear()
+        cdef int* cls = self.cls.data()
+        cdef uint64_t* marks = self.class_mark.data()
+        cdef uint64_t mark
+        self.mark += 1
+        mark = self.mark
         for n in self.adjacency[slot]:
-            c = self.at[n].eq_class
-            if c >= 0 and self.at[n].piece < 0:
-                if not _contains(self.seen, c):
-                    self.seen.push_back(c)
-                    total = total + self.classes[c].cost
+            c = cls[n]
+            if c >= 0 and marks[c] != mark:
+                marks[c] = mark
+                total = total + self.classes[c].cost
         return total
 
     cdef void refresh_neighbors(self, int slot) noexcept:
@@ -250,7 +260,7 @@ cdef class Storages:
                 continue
             self.at[r].cprime = self.cprime(r)
             self.sync(r)
-            if _contains(self.seen, c):      # cprime left r's evicted classes in seen
+            if self.class_mark[c] == self.mark:   # cprime counted c for r: r touches it
                 front[0][kept] = r
                 kept += 1
         front.resize(kept)
