@@ -688,6 +688,24 @@ cdef class Arena:
         self.move_rate = rate
 
     @property
+    def room_price(self):
+        """The room's price per byte in coop's moving window (docs/core.md, "One scale"): what
+        the last coop choice carried out paid per byte of its request (its cost over the
+        request's bytes; 0.0 before the first). A move's way out is its copy plus this price
+        times the bytes it moves. Settable (a number >= 0), for tests and what-ifs."""
+        return self.chooser.planner.room_price
+
+    @room_price.setter
+    def room_price(self, value):
+        try:
+            price = float(value)
+        except (TypeError, ValueError):
+            price = NAN
+        if not (price >= 0.0 and price < INFINITY):
+            raise ValueError(f"room_price must be a finite number >= 0, got {value!r}")
+        self.chooser.planner.room_price = price
+
+    @property
     def moves_if_blocked(self):
         """False (the default): every choice of coop's is the moving window, each piece
         leaving by the cheaper of its eviction and its move. True: the evict-only window
@@ -754,7 +772,8 @@ cdef class Arena:
         cdef SearchPhases* p = &self.chooser.phases
         return {"fill_time": p.fill, "scan_time": p.scan, "plan_time": p.plan,
                 "plans_evaluated": p.plans, "moving": bool(p.moving), "quick_decided": bool(p.quick),
-                "best_first": "eager" if p.eager else "lazy" if p.lazy else None}
+                "best_first": "eager" if p.eager else "lazy" if p.lazy else None,
+                "room_price": self.chooser.planner.room_price}
 
     def choose_victims(self, nbytes, policy, now):
         """The storages the policy would evict for a request of nbytes (evicts nothing)."""

@@ -236,6 +236,9 @@ cdef class MovePlanner:
     cdef size_t size                    # the search's request
     cdef double rate                    # ... its move cost per byte
     cdef double now                     # ... its clock
+    cdef double price                   # ... the room's price per byte it counts (room_price or 0)
+    cdef double room_price              # what the last coop choice carried out paid per byte of
+                                        # its request (Arena.room_price): a move adds it per byte
     cdef size_t largest                 # ... the largest free piece
     cdef vector[unsigned char] done     # ... each entry's kind, h and mv written (details)
     cdef bint detailed                  # ... every entry's
@@ -258,7 +261,7 @@ cdef class MovePlanner:
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
                     double q_right, int taken, int movers, bint costless) noexcept
-    cdef size_t fill(self, double now, double rate, bint costs, bint kinds) noexcept
+    cdef size_t fill(self, double now, double rate, double price, bint costs, bint kinds) noexcept
     cdef void window_details(self, size_t lo) noexcept
     cdef void details(self, size_t lo, size_t end) noexcept
     cdef void full(self, size_t total) noexcept

@@ -108,6 +108,10 @@ cdef class EvictionLoop:
                 self.counts.largest_ratio_sum += (
                     <double>arena.largest_free() / <double>free_bytes if free_bytes else 1.0)
                 raise _oom(arena, size, policy)
+            if code == P_COOP and isfinite(plan.cost):
+                # the room's price from now on (docs/core.md, "One scale"): what this choice
+                # pays per byte of its request
+                arena.chooser.planner.room_price = plan.cost / <double>size
             # the evictor asks c_offload_wins of each victim: offloads only where they counted
             saved = arena.offload_taken
             arena.offload_taken = taken
@@ -183,11 +187,18 @@ cdef class EvictionLoop:
         cdef int slot, old, s_old
         cdef Storages storages = arena.storages
         cdef bint logging = arena.log.c_pause()
+        cdef vector[pair[size_t, size_t]] by_dst
+        for k in range(slots.size()):
+            by_dst.push_back(pair[size_t, size_t](dsts[k], k))
+        # lowest destination first: moves packed into one free piece take it from its low end
+        sort(by_dst.begin(), by_dst.end())
+        news.assign(slots.size(), -1)
         try:
-            for k in range(slots.size()):
-                news.push_back(_carve(arena, dsts[k],
-                                      arena.table.at[storages.at[slots[k]].piece].size,
-                                      storages.at[slots[k]].sid))
+            for k in range(by_dst.size()):
+                news[by_dst[k].second] = _carve(
+                    arena, by_dst[k].first,
+                    arena.table.at[storages.at[slots[by_dst[k].second]].piece].size,
+                    storages.at[slots[by_dst[k].second]].sid)
             for k in range(slots.size()):
                 slot = slots[k]
                 old = storages.at[slot].piece

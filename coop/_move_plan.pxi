@@ -47,7 +47,7 @@ cdef class MovePlanner:
         cdef Chooser scan = self.scan
         cdef double t0 = _monotonic(), t1, t2
         cdef bint decided, quickly = self.undecided <= 0.25
-        cdef size_t total = self.fill(now, rate, False, not quickly)
+        cdef size_t total = self.fill(now, rate, self.room_price, False, not quickly)
         t1 = _monotonic()
         cdef double* vs = self.v.data()
         cdef size_t* ss = scan.size.data()
@@ -125,7 +125,8 @@ cdef class MovePlanner:
             self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
         scan.phases.plan += _monotonic() - t2
 
-    cdef size_t fill(self, double now, double rate, bint costs, bint kinds) noexcept:
+    cdef size_t fill(self, double now, double rate, double price, bint costs,
+                     bint kinds) noexcept:
         """Chooser.fill's sweep for this window: each entry's cheapest way out, v (a movable
         piece that is not a candidate must move, a candidate moves when its move costs less
         than its eviction; a piece no free piece holds cannot move, whatever the window), its
@@ -134,9 +135,11 @@ cdef class MovePlanner:
         mv; else details(lo, end) writes them for the entries a plan or bound reads). Returns
         the number of entries.
 
-        One division per entry: a piece's two ways out share its staleness, so v is the
-        cheaper numerator (c', or the copy's size * rate) over it, bit for bit the cheaper of
-        the two quotients (rounding is monotone). Whether the move is the cheaper way compares
+        A move's way out is its copy and the room it takes: mv = (size * rate + price * size *
+        staleness) / staleness, price the room's per byte (docs/core.md, "One scale"; 0.0 for
+        the compaction window, whose movers take no room outside it). One division per entry:
+        a piece's two ways out share its staleness, so v is the cheaper numerator (c', or the
+        move's) over it, bit for bit the cheaper of the two quotients (rounding is monotone). Whether the move is the cheaper way compares
         the numerators: where the quotients round to one value it says move, at no cost to v."""
         cdef Chooser scan = self.scan
         cdef size_t total = <size_t>scan.pieces.count
@@ -158,13 +161,14 @@ cdef class MovePlanner:
         self.run_base.clear()
         self.now = now
         self.rate = rate
+        self.price = price
         cdef double* vs = self.v.data()
         cdef unsigned char* ks = self.kind.data()
         cdef ScanRuns runs = scan.pieces.runs
         cdef ScanRun* run
         cdef int r = runs.first, k
         cdef size_t base = 0
-        cdef double s, c, m
+        cdef double s, c, m, rt
         cdef unsigned char fl, free, cand, movable, mover, fits
         cdef uint64_t word
         cdef int i
@@ -179,7 +183,10 @@ cdef class MovePlanner:
                 # the scalar tail
                 for k in range((run.count + 15) & ~15):
                     c = run.cprime[k]               # a free piece's is 0
-                    m = run.dsize[k] * rate
+                    s = now - run.last_access[k]
+                    s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
+                    rt = price * run.dsize[k] * s if price > 0.0 else 0.0
+                    m = run.dsize[k] * rate + rt     # the copy, and the room it takes
                     fl = run.flags[k]
                     free = (fl & W_FREE) != 0
                     cand = (fl & W_CANDIDATE) != 0
@@ -188,8 +195,6 @@ cdef class MovePlanner:
                     # a mover: movable, held by a free piece, not a candidate or cheaper to
                     # move (_mlimit)
                     mover = fits & (m < run.mlimit[k])
-                    s = now - run.last_access[k]
-                    s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
                     vs[base + k] = (m if mover else c) / s
                     # the first pass's kind: not a wall, a forced mover, a free piece
                     ks[base + k] = ((free | cand | movable) * K_KEEP
@@ -198,10 +203,11 @@ cdef class MovePlanner:
                 # no kinds (the quick pass reads the flags): doubles only, vectorised
                 for k in range((run.count + 15) & ~15):
                     c = run.cprime[k]
-                    m = run.dsize[k] * rate
-                    mover = (run.dsize[k] <= largest) & (m < run.mlimit[k])   # doubles only
                     s = now - run.last_access[k]
                     s = s if s > 1.0 else 1.0
+                    rt = price * run.dsize[k] * s if price > 0.0 else 0.0
+                    m = run.dsize[k] * rate + rt
+                    mover = (run.dsize[k] <= largest) & (m < run.mlimit[k])   # doubles only
                     vs[base + k] = (m if mover else c) / s
                 memcpy(&scan.flags[base], run.flags, run.count)
             memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
@@ -235,9 +241,8 @@ cdef class MovePlanner:
     cdef void details(self, size_t lo, size_t end) noexcept:
         """Entries lo..end-1's kind (K_* bits: _KINDS by the flags, whether a free piece holds
         the entry and whether its move is the cheaper way out, as fill decides it, and
-        K_COSTLY where v is above 0.0), flags, piece, h = c' / staleness and mv = size * rate /
-        staleness,
-        bit for bit as a sweep would compute them; each entry once per search (done), however
+        K_COSTLY where v is above 0.0), flags, piece, h = c' / staleness and mv (fill's), bit
+        for bit as a sweep would compute them; each entry once per search (done), however
         many windows read it."""
         cdef ScanRuns runs = self.scan.pieces.runs
         cdef double* hs = self.scan.h.data()
@@ -264,7 +269,8 @@ cdef class MovePlanner:
             if not done[j]:
                 s = self.now - run.last_access[k]
                 s = s if s > 1.0 else 1.0
-                m = run.dsize[k] * self.rate
+                m = run.dsize[k] * self.rate + (self.price * run.dsize[k] * s
+                                                if self.price > 0.0 else 0.0)
                 hs[j] = run.cprime[k] / s
                 ms[j] = m / s
                 ks[j] = (_KINDS[run.flags[k] | (run.size[k] <= self.largest) << 3
@@ -509,7 +515,12 @@ cdef class MovePlanner:
                            vector[int]& victims, MovePlan* plan) noexcept:
         """The chosen window's moves and victims: its moved entries, largest first (then lowest
         address), each into the smallest unused free piece outside the window that holds it
-        (then the lowest address); its other candidates are evicted."""
+        (then the lowest address), at its low end. Then the room those destinations leave is
+        used (docs/core.md, "Moving": the room a move leaves): the window's candidates still to
+        be evicted whose move is cheaper, by saving (h - mv, largest first, then lowest
+        address), each move into the smallest room left outside the window that holds it (then
+        the lowest address), next to what it already holds. Its other candidates are evicted;
+        plan.cost is the plan's cost, summed in address order."""
         cdef Chooser scan = self.scan
         cdef size_t* ss = scan.size.data()
         cdef unsigned char* fs = scan.flags.data()
@@ -527,6 +538,21 @@ cdef class MovePlanner:
         # move: no sort of the free pieces, no scratch but a flag each)
         self.taken.assign(n, 0)
         self.dst_of.assign(best_end - best_lo, 0)
+        cdef vector[size_t] room, cursor
+        cdef vector[pair[double, size_t]] extra
+        cdef double* hs = scan.h.data()
+        cdef double* ms = scan.mv.data()
+        cdef double total = 0.0
+        cdef Py_ssize_t fit
+        for k in range(<Py_ssize_t>n):
+            j = self.bins[k].second
+            if best_lo <= j < best_end:
+                room.push_back(0)
+                cursor.push_back(0)
+            else:
+                self.details(j, j + 1)
+                room.push_back(SIZE_MAX - self.bins[k].first)
+                cursor.push_back(at[ps[j]].offset)
         for i in range(order.size()):
             need = SIZE_MAX - order[0][i].first
             pick = -1
@@ -544,15 +570,43 @@ cdef class MovePlanner:
                 j = self.bins[pick].second
                 self.details(j, j + 1)
                 self.dst_of[order[0][i].second - best_lo] = at[ps[j]].offset
+                cursor[pick] = at[ps[j]].offset + need
+                room[pick] -= need
         self.is_moved.assign(best_end - best_lo, 0)
         for i in range(best_moved.size()):
             self.is_moved[best_moved[i] - best_lo] = 1
+        # the room left: candidates to be evicted whose move is cheaper, largest saving first
+        # (the window's details are written: its plan read them)
         for j in range(best_lo, best_end):
+            if (fs[j] & (W_CANDIDATE | W_MOVABLE | W_FREE)) == (W_CANDIDATE | W_MOVABLE) \
+                    and not self.is_moved[j - best_lo] and ms[j] < hs[j]:
+                extra.push_back(pair[double, size_t](ms[j] - hs[j], j))
+        sort(extra.begin(), extra.end())
+        for i in range(extra.size()):
+            j = extra[i].second
+            need = ss[j]
+            fit = -1
+            for k in range(<Py_ssize_t>n):
+                if room[k] >= need and (fit < 0 or room[k] < room[fit] or (
+                        room[k] == room[fit] and self.bins[k].second < self.bins[fit].second)):
+                    fit = k
+            if fit >= 0:
+                self.dst_of[j - best_lo] = cursor[fit]
+                cursor[fit] += need
+                room[fit] -= need
+                self.is_moved[j - best_lo] = 1
+        for j in range(best_lo, best_end):
+            if fs[j] & W_FREE:
+                continue
             if self.is_moved[j - best_lo]:
+                total = total + ms[j]
                 plan.moves.push_back(at[ps[j]].storage)
                 plan.dst.push_back(self.dst_of[j - best_lo])
-            elif fs[j] & W_CANDIDATE:
-                victims.push_back(at[ps[j]].storage)
+            else:
+                total = total + hs[j]
+                if fs[j] & W_CANDIDATE:
+                    victims.push_back(at[ps[j]].storage)
+        plan.cost = total
 
     cdef bint plan(self, size_t lo, size_t end, double rate, vector[size_t]& outb,
                    vector[int]& moved, double* cost) noexcept:

@@ -402,6 +402,9 @@ class _Recording:
         if runtime.cost_model is not None:
             meta["cost_model"] = runtime.cost_model.name
         meta["copy_cost"] = runtime._engine.copy_cost
+        if runtime.arena.room_price > 0.0:
+            # recorded mid-run: the replay's window prices room as the run's does from here
+            meta["room_price"] = runtime.arena.room_price
         if runtime._engine.offloading:
             # the host tier's link, and its budget: a replay copies as the run did
             meta["host_link"] = [runtime._engine.d2h_rate, runtime._engine.h2d_rate]

@@ -88,6 +88,7 @@ class ReferenceArena:
         self._largest_ratio_sum = 0.0
         self._owner = None
         self.move_cost_per_byte = math.inf   # move_cost: inf, coop never moves
+        self._room_price = 0.0               # room_price: what the last coop choice paid per byte
         self.moves_if_blocked = False  # True: coop moves only when no evict-only window exists
         self._moves = 0
         self._bytes_moved = 0
@@ -338,7 +339,11 @@ class ReferenceArena:
                 continue
             h = (self._way_out(p[STORAGE]) / self._staleness(p[STORAGE], now)
                  if st.evictable or (self._open and st.offload < math.inf) else None)
-            m = p[SIZE] * rate / self._staleness(p[STORAGE], now) if st.movable else None
+            s = self._staleness(p[STORAGE], now)
+            # a move's way out: its copy and the room it takes, over one staleness
+            price = self._room_price
+            m = ((p[SIZE] * rate + (price * p[SIZE] * s if price > 0.0 else 0.0)) / s
+                 if st.movable else None)
             ways.append(None if h is None and m is None else (h, m))
         best = None
         for i in range(len(pieces)):
@@ -359,11 +364,33 @@ class ReferenceArena:
         (cost, start, n), i, j, moved = best
         outside = sorted((p[SIZE], p[OFFSET]) for k, p in enumerate(pieces)
                          if p[FREE] and not i <= k <= j)
+        # each free piece outside: [room left, offset (its address), next free byte]
+        room = {b[1]: [b[0], b[1], b[1]] for b in outside}
         destination = {}
+        moved = set(moved)
         for _, t in sorted((-pieces[t][SIZE], t) for t in moved):
             fit = next(b for b in outside if b[0] >= pieces[t][SIZE])
             outside.remove(fit)
             destination[t] = fit[1]
+            room[fit[1]][0] -= pieces[t][SIZE]
+            room[fit[1]][2] += pieces[t][SIZE]
+        # the room the destinations leave: candidates still evicted whose move is cheaper, by
+        # saving, each into the smallest room that holds it (then the lowest address)
+        extra = sorted((ways[t][1] - ways[t][0], t) for t in range(i, j + 1)
+                       if ways[t] != "free" and t not in moved and ways[t][0] is not None
+                       and ways[t][1] is not None and ways[t][1] < ways[t][0])
+        for _, t in extra:
+            fits = [r for r in room.values() if r[0] >= pieces[t][SIZE]]
+            if fits:
+                r = min(fits, key=lambda r: (r[0], r[1]))
+                destination[t] = r[2]
+                r[0] -= pieces[t][SIZE]
+                r[2] += pieces[t][SIZE]
+                moved.add(t)
+        cost = 0.0
+        for t in range(i, j + 1):
+            if ways[t] != "free":
+                cost = cost + (ways[t][1] if t in moved else ways[t][0])
         moves = [(pieces[t][STORAGE], destination[t]) for t in range(i, j + 1) if t in moved]
         victims = [pieces[t][STORAGE] for t in range(i, j + 1)
                    if ways[t] != "free" and t not in moved]
@@ -682,7 +709,10 @@ class ReferenceArena:
             self._log = log
 
     def _relocate_all(self, moves, move, log):
-        news = [self._carve(dst, self._piece_of(sid)[SIZE]) for sid, dst in moves]
+        # lowest destination first: moves packed into one free piece take it from its low end
+        news = [None] * len(moves)
+        for k in sorted(range(len(moves)), key=lambda k: moves[k][1]):
+            news[k] = self._carve(moves[k][1], self._piece_of(moves[k][0])[SIZE])
         olds = []
         for (sid, dst), new in zip(moves, news):
             old = self._piece_of(sid)
@@ -719,6 +749,20 @@ class ReferenceArena:
             raise ValueError(f"move_cost must be a number >= 0, got {value!r}")
         self.move_cost_per_byte = rate
 
+    @property
+    def room_price(self):
+        return self._room_price
+
+    @room_price.setter
+    def room_price(self, value):
+        try:
+            price = float(value)
+        except (TypeError, ValueError):
+            price = math.nan
+        if not 0.0 <= price < math.inf:
+            raise ValueError(f"room_price must be a finite number >= 0, got {value!r}")
+        self._room_price = price
+
     def choose_plan(self, nbytes, policy, now):
         size = self._request(nbytes)
         victims = self._victims(size, self._policy(policy), _clock(now))
@@ -744,6 +788,8 @@ class ReferenceArena:
                 self._failed += 1
                 self._largest_ratio_sum += self._largest_free() / free if free else 1.0
                 raise self._oom(size)
+            if policy == "coop" and self._plan is not None and math.isfinite(self._plan[0]):
+                self._room_price = self._plan[0] / size     # the room's price from now on
             taken, saved = self._open, self._taken
             self._open, self._taken = False, taken
             try:

@@ -30,6 +30,14 @@ def _matching(sizes, bins):
     return all(place(i, set()) for i in range(len(sizes)))
 
 
+def move_way(arena, nbytes, info, now):
+    """A move's way out on the one scale: its copy and the room it takes (the arena's
+    room_price per byte), over its staleness, computed as the core computes it."""
+    s = max(now - info["last_access"], 1.0)
+    price = arena.room_price
+    return (nbytes * arena.move_cost + (price * nbytes * s if price > 0.0 else 0.0)) / s
+
+
 def brute_force_plan(arena, nbytes, now, offloads=None, moves=True):
     """The least (cost, start offset, pieces) over every window and every way out of it of each
     of its pieces (evict if a candidate, move if movable and moves); moved pieces need distinct
@@ -57,7 +65,7 @@ def brute_force_plan(arena, nbytes, now, offloads=None, moves=True):
             if offloads and info["offload"] < math.inf:
                 options.append(("offload", info["offload"] / max(now - info["last_access"], 1.0)))
             if info["movable"] and math.isfinite(rate) and moves:
-                options.append(("move", nb * rate / max(now - info["last_access"], 1.0)))
+                options.append(("move", move_way(arena, nb, info, now)))
         ways.append(options or None)
     best = None
     for i, j in itertools.combinations_with_replacement(range(len(pieces)), 2):
@@ -116,7 +124,8 @@ def random_layout(seed, rate, offload=False, blocked=False):
 
 def check_plan(arena, plan, nbytes, now, offloads=False):
     """The plan empties its window: every used piece in it evicted or moved once, each move to
-    its own free piece outside the window that holds it; its cost is the sum of its parts."""
+    a range of a free piece outside the window, no two moves' ranges overlapping; its cost is
+    the sum of its parts."""
     pieces = arena.pieces()
     start = next(i for i, p in enumerate(pieces) if p[0] == plan["start"])
     window = pieces[start:start + plan["pieces"]]
@@ -124,16 +133,16 @@ def check_plan(arena, plan, nbytes, now, offloads=False):
     used = [p[3] for p in window if not p[2]]
     moved = [sid for sid, _ in plan["moves"]]
     assert sorted(used) == sorted(plan["victims"] + moved) and len(set(used)) == len(used)
-    free_outside = {p[0]: p[1] for i, p in enumerate(pieces)
-                    if p[2] and not start <= i < start + plan["pieces"]}
-    destinations = [dst for _, dst in plan["moves"]]
-    assert len(set(destinations)) == len(destinations)
+    free_outside = [(p[0], p[0] + p[1]) for i, p in enumerate(pieces)
+                    if p[2] and not start <= i < start + plan["pieces"]]
+    taken = sorted((dst, dst + arena.storage_info(sid)["nbytes"]) for sid, dst in plan["moves"])
+    assert all(a[1] <= b[0] for a, b in zip(taken, taken[1:]))
     parts = []
     for sid, dst in plan["moves"]:
         info = arena.storage_info(sid)
         assert info["movable"] and not info["pins"]
-        assert free_outside[dst] >= info["nbytes"]
-        parts.append(info["nbytes"] * arena.move_cost / max(now - info["last_access"], 1.0))
+        assert any(lo <= dst and dst + info["nbytes"] <= hi for lo, hi in free_outside)
+        parts.append(move_way(arena, info["nbytes"], info, now))
     for sid in plan["victims"]:
         info = arena.storage_info(sid)
         assert (info["evictable"] or (offloads and info["offload"] < math.inf)) \
@@ -144,12 +153,17 @@ def check_plan(arena, plan, nbytes, now, offloads=False):
     assert plan["cost"] == math.fsum(parts)
 
 
+@pytest.mark.parametrize("price", [0.0, 1 / 512, 1 / 64])
 @pytest.mark.parametrize("offload", [False, "last", "priced"])
 @pytest.mark.parametrize("rate", [0.0, 1 / 64, 1 / 16, 1 / 4])
 @pytest.mark.parametrize("seed", range(50))
-def test_moving_window_is_the_brute_force_minimum(seed, rate, offload):
+def test_moving_window_is_the_brute_force_minimum(seed, rate, offload, price):
+    """The chosen window is the brute force's (one moved piece per free piece, each move priced
+    with the room it takes); its plan, with the room its destinations leave used too, costs no
+    more than the brute force's plan."""
     (core, reference), now, rng = random_layout(seed, rate, offload)
     assert core.pieces() == reference.pieces()
+    core.room_price = reference.room_price = price
     for _ in range(4):
         nbytes = rng.randint(0, core.capacity // rng.choice([1, 2]))
         expected = brute_force_plan(reference, nbytes, now)
@@ -159,7 +173,8 @@ def test_moving_window_is_the_brute_force_minimum(seed, rate, offload):
         if expected is None:
             assert plan == {"victims": [], "moves": [], "cost": None, "start": None, "pieces": 0}
             continue
-        assert (plan["cost"], plan["start"], plan["pieces"]) == expected
+        assert (plan["start"], plan["pieces"]) == expected[1:]
+        assert plan["cost"] <= expected[0]
         check_plan(core, plan, nbytes, now, offloads=not core.offload_last or
                    brute_force_plan(reference, nbytes, now, False) is None)
         assert core.choose_victims(nbytes, "coop", now) == plan["victims"]
@@ -198,7 +213,8 @@ def test_moves_only_when_no_evict_only_window_exists(seed, rate, offload):
         if expected is None:
             assert plan["cost"] is None
             continue
-        assert (plan["cost"], plan["start"], plan["pieces"]) == expected
+        assert (plan["start"], plan["pieces"]) == expected[1:]
+        assert plan["cost"] == expected[0] if evict_only else plan["cost"] <= expected[0]
         if evict_only:
             assert plan["moves"] == []
 
@@ -357,6 +373,51 @@ def test_moving_window_agrees_with_the_reference_when_sums_overflow():
                 assert reference.choose_plan(nbytes, "coop", 1000) == plan
                 huge += plan["cost"] is not None and plan["cost"] > 1e300
     assert huge >= 20
+
+
+def test_moves_share_free_pieces_in_the_larger_layouts():
+    """The reference comparison above is not vacuous for the room destinations leave: some of
+    its plans move a piece to a range inside a free piece, beside another move."""
+    packed = 0
+    for rate in (0.0, 0.01, 0.1, 1.0):
+        for seed in range(25):
+            (core, _), now = larger_layout(seed, rate)
+            starts = {offset for offset, _, free, _ in core.pieces() if free}
+            for nbytes in (128, 300, 640, 1500, 4000):
+                plan = core.choose_plan(nbytes, "coop", now)
+                packed += any(dst not in starts for _, dst in plan["moves"])
+    assert packed >= 5, packed
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.1])
+@pytest.mark.parametrize("seed", range(25))
+def test_room_price_agrees_with_the_reference_on_larger_arenas(seed, rate):
+    """With a room price, the same choices as the reference's (prices on h's scale: a few
+    units of h per KiB)."""
+    (core, reference), now = larger_layout(seed, rate)
+    for price in (1 / 4096, 1 / 256, 1 / 16):
+        core.room_price = reference.room_price = price
+        for nbytes in (128, 300, 640, 1500, 4000):
+            plan = core.choose_plan(nbytes, "coop", now)
+            assert reference.choose_plan(nbytes, "coop", now) == plan
+
+
+def test_the_room_price_changes_choices_in_the_larger_layouts():
+    """The comparison above is not vacuous: a price changes the window, its moves or its
+    victims in many of those searches (70 of 750)."""
+    differ = 0
+    for rate in (0.01, 0.1):
+        for seed in range(25):
+            (core, _), now = larger_layout(seed, rate)
+            for nbytes in (128, 300, 640, 1500, 4000):
+                core.room_price = 0.0
+                base = core.choose_plan(nbytes, "coop", now)
+                for price in (1 / 4096, 1 / 256, 1 / 16):
+                    core.room_price = price
+                    plan = core.choose_plan(nbytes, "coop", now)
+                    differ += (plan["start"], plan["moves"], plan["victims"]) != \
+                        (base["start"], base["moves"], base["victims"])
+    assert differ >= 50, differ
 
 
 def test_moves_happen_in_the_random_layouts():
@@ -545,6 +606,61 @@ def test_moves_need_their_own_destination(Arena):
     # (ties: the lowest address): w0 takes the 64 bytes at 576, w1 the 128 at 384
     assert plans["two destinations"] == {"victims": [], "moves": [(0, 576), (1, 384)],
                                          "cost": 2.0, "start": 0, "pieces": 5}
+
+
+def test_moves_pack_into_the_room_a_destination_leaves(Arena):
+    """The window's one free piece outside holds both of its movers: the one of larger saving
+    moves (one moved piece per free piece, as the choice counts it), then the other, whose
+    eviction the choice counted, moves into the room left beside it instead; carried out, the
+    moves take the free piece from its low end whatever their order in the plan, and the room
+    is priced at what the choice paid per byte of its request from then on."""
+    layout = [(64, 0), (128, 1), (64, "free"), (64, None), (192, "free")]
+    arena = Arena(sum(nbytes for nbytes, _ in layout))
+    storages(arena, [16, 32])
+    build(arena, layout)
+    arena.move_cost = 1 / 64          # a copy costs 1 per 64 bytes
+    assert arena.room_price == 0.0
+    # the only window covering 256 bytes is {0, 1, free}: the choice moves 1 (cost 2, saving
+    # 30) to 320 and evicts 0 (16); the room left at 448 then takes 0 (cost 1)
+    assert brute_force_plan(arena, 256, 0) == (18.0, 0, 3)
+    plan = arena.choose_plan(256, "coop", 0)
+    assert plan == {"victims": [], "moves": [(0, 448), (1, 320)], "cost": 3.0, "start": 0,
+                    "pieces": 3}
+    assert arena.room_price == 0.0            # a choice not carried out prices nothing
+    moved = []
+    offset = arena.allocate_or_evict(256, EXPENSIVE, "coop", 0, evictor(arena),
+                                     move=lambda sid, src, dst: moved.append((sid, src, dst)))
+    assert offset == 0 and moved == [(0, 0, 448), (1, 64, 320)]
+    assert arena.storage_info(0)["offset"] == 448 and arena.storage_info(1)["offset"] == 320
+    assert arena.pieces() == [(0, 256, False, -1), (256, 64, False, -1), (320, 128, False, 1),
+                              (448, 64, False, 0)]
+    assert arena.room_price == 3.0 / 256
+    arena.check()
+
+
+def test_the_room_price_makes_moves_dearer(Arena):
+    """A move's way out is its copy plus the room it takes at room_price per byte: at 1/8 per
+    byte piece 1 still moves (2 + 16 = 18 against its eviction's 32) and piece 0 (1 + 8 = 9
+    against 16) still takes the room left beside it; at 1/2 per byte both copies cost more
+    than their evictions (33 against 16, 66 against 32), and nothing moves."""
+    layout = [(64, 0), (128, 1), (64, "free"), (64, None), (192, "free")]
+    arena = Arena(sum(nbytes for nbytes, _ in layout))
+    storages(arena, [16, 32])
+    build(arena, layout)
+    arena.move_cost = 1 / 64
+    arena.room_price = 1 / 8
+    assert brute_force_plan(arena, 256, 0) == (34.0, 0, 3)
+    assert arena.choose_plan(256, "coop", 0) == {
+        "victims": [], "moves": [(0, 448), (1, 320)], "cost": 27.0, "start": 0, "pieces": 3}
+    arena.room_price = 1 / 2
+    assert brute_force_plan(arena, 256, 0) == (48.0, 0, 3)
+    assert arena.choose_plan(256, "coop", 0) == {
+        "victims": [0, 1], "moves": [], "cost": 48.0, "start": 0, "pieces": 3}
+    for bad in (-1.0, math.inf, math.nan, "x"):
+        with pytest.raises(ValueError, match="room_price must be a finite number >= 0"):
+            arena.room_price = bad
+    assert arena.room_price == 1 / 2
+    arena.check()
 
 
 def test_the_log_has_each_move_where_it_happens(Arena):

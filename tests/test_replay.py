@@ -413,6 +413,9 @@ HOST_CALL = {"op": "call", "name": "f", "inputs": [], "cost": 1, "allocs": [64, 
     ([{"op": "meta", "host_budget": -1}], r"the meta record's host_budget must be a number of "
                                            r"bytes in \[0, 2\*\*62\], got -1"),
     ([{"op": "meta", "host_budget": 1.5}], r"host_budget must be a number of bytes"),
+    ([{"op": "meta", "room_price": -0.5}], r"the meta record's room_price must be a finite "
+                                           r"number >= 0 \(the room's price per byte"),
+    ([{"op": "meta", "room_price": "1"}], r"room_price must be a finite number >= 0"),
 ])
 def test_a_trace_that_would_corrupt_a_replay_is_an_error(tmp_path, records, message):
     path = write_lines(tmp_path / "t.jsonl", records)

@@ -138,7 +138,8 @@ def compile_program(records, where="<records>"):
 def _check_meta(meta, where):
     """The meta fields a replay reads besides alignment: copy_cost a finite number >= 0,
     host_link [d2h, h2d] two of them, cost_model a device's name (an unknown name falls back
-    to the a100-80gb), host_budget bytes (an integer in [0, 2**62])."""
+    to the a100-80gb), host_budget bytes (an integer in [0, 2**62]), room_price a finite
+    number >= 0."""
     rate = meta.get("copy_cost")
     if rate is not None and not is_cost(rate):
         raise TraceError(f"{where}: the meta record's copy_cost must be a finite number >= 0 "
@@ -153,6 +154,10 @@ def _check_meta(meta, where):
     if model is not None and not isinstance(model, str):
         raise TraceError(f"{where}: the meta record's cost_model must be a device's name (a "
                          f"string such as \"a100-80gb\"), got {show(model)}")
+    price = meta.get("room_price")
+    if price is not None and not is_cost(price):
+        raise TraceError(f"{where}: the meta record's room_price must be a finite number >= 0 "
+                         f"(the room's price per byte in coop's window), got {show(price)}")
     budget = meta.get("host_budget")
     if budget is not None and not (is_int(budget) and 0 <= budget <= MAX_BYTES):
         raise TraceError(f"{where}: the meta record's host_budget must be a number of bytes in "
