@@ -139,8 +139,9 @@ cdef class MovePlanner:
         staleness) / staleness, price the room's per byte (docs/core.md, "One scale"; 0.0 for
         the compaction window, whose movers take no room outside it). One division per entry:
         a piece's two ways out share its staleness, so v is the cheaper numerator (c', or the
-        move's) over it, bit for bit the cheaper of the two quotients (rounding is monotone). Whether the move is the cheaper way compares
-        the numerators: where the quotients round to one value it says move, at no cost to v."""
+        move's) over it, bit for bit the cheaper of the two quotients (rounding is monotone).
+        Whether the move is the cheaper way compares the numerators: where the quotients round
+        to one value it says move, at no cost to v."""
         cdef Chooser scan = self.scan
         cdef size_t total = <size_t>scan.pieces.count
         self.largest = scan.pieces.largest_free()
