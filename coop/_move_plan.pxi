@@ -545,15 +545,12 @@ cdef class MovePlanner:
         cdef double* ms = scan.mv.data()
         cdef double total = 0.0
         cdef Py_ssize_t fit
+        # each free piece's room left and its next free byte (SIZE_MAX: its offset, not read
+        # yet: its details are written only if a move goes there)
         for k in range(<Py_ssize_t>n):
             j = self.bins[k].second
-            if best_lo <= j < best_end:
-                room.push_back(0)
-                cursor.push_back(0)
-            else:
-                self.details(j, j + 1)
-                room.push_back(SIZE_MAX - self.bins[k].first)
-                cursor.push_back(at[ps[j]].offset)
+            room.push_back(0 if best_lo <= j < best_end else SIZE_MAX - self.bins[k].first)
+            cursor.push_back(SIZE_MAX)
         for i in range(order.size()):
             need = SIZE_MAX - order[0][i].first
             pick = -1
@@ -592,6 +589,9 @@ cdef class MovePlanner:
                         room[k] == room[fit] and self.bins[k].second < self.bins[fit].second)):
                     fit = k
             if fit >= 0:
+                if cursor[fit] == SIZE_MAX:
+                    self.details(self.bins[fit].second, self.bins[fit].second + 1)
+                    cursor[fit] = at[ps[self.bins[fit].second]].offset
                 self.dst_of[j - best_lo] = cursor[fit]
                 cursor[fit] += need
                 room[fit] -= need
