@@ -38,11 +38,16 @@ def wall_layout(policy):
 @pytest.mark.parametrize("policy", ["coop", "coop-move-if-blocked"])
 def test_the_engine_moves_a_wall_repoints_it_and_charges_the_copy(policy):
     """No evict-only window covers 2 KiB (the constant is a wall): both moving policies move
-    it; coop-move-if-blocked's arena has the rule on, coop's off."""
+    it; coop-move-if-blocked's arena has the rule on, coop's off; the move's cost per byte of
+    the request prices the room from then on."""
     e, arena, c = wall_layout(policy)
     assert arena.moves_if_blocked == (policy == "coop-move-if-blocked")
+    assert arena.room_price == 0.0
     b = call(e, [], 2 * KIB)
     assert e.info(c)["offset"] == 2 * KIB and e.info(b)["offset"] == 0
+    # the choice carried out prices the room from now on: its cost (the constant's copy, 512,
+    # over its staleness, 10: untouched since 0 at clock 10) per byte of the 2 KiB request
+    assert arena.room_price == (KIB * 0.5 / 10.0) / (2 * KIB) == 0.025
     stats = e.stats()
     assert (stats["window_moves"], stats["bytes_moved"], stats["move_cost"]) == (1, KIB, 512.0)
     assert stats["cost_total"] == 10.0 + 10.0 + 512.0 and e.clock == 532.0
