@@ -145,13 +145,12 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         else:
             f = flags[j]
         if not (f & keep):
-            if Visitor is LeastAt:
+            if Visitor is LeastAt or Visitor is RankedAt:
+                # the stretch ends: its sums are numbers or the bounds say nothing (its every
+                # window's cost and bound are then numbers)
                 unsure = unsure or not (p_right - p_right == 0.0)
             if Visitor is RankedAt:
-                # the stretch ends: its sums are numbers or the bounds say nothing (its every
-                # window's cost and bound are then numbers); starts lo..j have no window
-                unsure = unsure or not (p_right - p_right == 0.0)
-                while lo <= j:
+                while lo <= j:          # starts lo..j have no window
                     lbs[lo] = NAN
                     lo += 1
             p_left = p_right = q_left = q_right = 0.0
@@ -196,31 +195,22 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                     out.end = j + 1
                     out.sum = p_right
                 p_left = p_left + value[lo]
-            elif Visitor is LeastAt:
-                # Ranked's bound, but for a window of costless entries (below 0.0 here)
-                lb = (p_right - p_left) - p_right * 1e-10
-                if lb < after:
-                    if lb < least or not found:
-                        if found:
-                            before = min(before, min(after, least))
-                        after = INFINITY
-                        found = True
-                        least = lb
-                        least_lo = lo
-                        least_end = j + 1
-                    else:
-                        after = lb
-                p_left = p_left + value[lo]
             else:
-                f = flags[lo]
-                cost = p_right - p_left
-                # below the exact sum (MovePlanner.visit); exactly 0.0 without a costly entry
-                lb = cost - p_right * 1e-10 if costly else 0.0
-                # a window whose forced movers outnumber the free pieces outside it has no
-                # plan (the full pass drops it too): it neither is the best nor bounds others
-                lb = lb if taken <= bins else NAN
-                lbs[lo] = lb
-                # (sums that are not numbers are found where each stretch ends, below)
+                # the first passes: each window's bound, below the exact sum (MovePlanner.visit)
+                if Visitor is LeastAt:
+                    # every window (a window of costless entries: below 0.0 here)
+                    lb = (p_right - p_left) - p_right * 1e-10
+                else:
+                    # exactly 0.0 without a costly entry; a window whose forced movers
+                    # outnumber the free pieces outside it has no plan (the full pass drops it
+                    # too): it neither is the best nor bounds others
+                    lb = (p_right - p_left) - p_right * 1e-10 if costly else 0.0
+                    lb = lb if taken <= bins else NAN
+                    lbs[lo] = lb
+                    # (sums that are not numbers are found where each stretch ends, above)
+                    f = flags[lo]
+                    taken -= (f & K_TAKES) != 0
+                    costly -= value[lo] > 0.0
                 if lb < after:
                     if lb < least or not found:
                         # every window seen so far starts before this one
@@ -233,12 +223,10 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                         least_end = j + 1
                     else:
                         after = lb
-                taken -= (f & K_TAKES) != 0
-                costly -= value[lo] > 0.0
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1
-    if Visitor is LeastAt:
+    if Visitor is LeastAt or Visitor is RankedAt:
         out.unsure = unsure or not (p_right - p_right == 0.0)
         out.found = found
         out.least = least
@@ -247,14 +235,7 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         out.lo = least_lo
         out.end = least_end
     if Visitor is RankedAt:
-        out.unsure = unsure or not (p_right - p_right == 0.0)
         out.next = lo
-        out.found = found
-        out.least = least
-        out.before = before
-        out.after = after
-        out.lo = least_lo
-        out.end = least_end
 
 
 @cython.final

@@ -261,6 +261,8 @@ cdef class Replayer:
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
                  copy_cost=None, host_budget=None, link=None, int lookahead=0):
         self.prog = prog
+        # a trace recorded mid-run prices the room as the run's window did when it began
+        arena.room_price = prog.meta.get("room_price", 0.0)
         self.executor = _ReplayExecutor()
         self.executor.prog = prog
         self.engine = Engine(arena, policy, self.executor, thrash_cost, copy_cost, host_budget,

@@ -189,7 +189,6 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         raise ValueError(f"thrash must be a finite number >= 0 (0 or None: never), got "
                          f"{thrash!r}")
     arena = Arena(nbytes, align, ideal=ideal)
-    arena.room_price = program.meta.get("room_price", 0.0)
     limit = thrash * program.cost_first if thrash else 0.0
     if device is not None and device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")

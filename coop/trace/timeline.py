@@ -81,7 +81,6 @@ def collect(program, budget, policy="coop", alignment=None, thrash=None, lower_b
                                    open_tier_below_bound)
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
     arena = Arena(int(budget), align, ideal=get_policy(policy).ideal)
-    arena.room_price = program.meta.get("room_price", 0.0)
     replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0,
                         copy_cost(program), program.meta.get("host_budget"), host_link(program),
                         DEFAULT_LOOKAHEAD)
