@@ -482,14 +482,17 @@ cdef class ArrayExecutor(Executor):
             self.arrays[sid] = None
         return 0
 
-    cpdef bint offload(self, int sid) except -1:
+    cpdef bint offload(self, int sid, bint ahead=False) except -1:
         """Copy sid's memory array to the host tier (the backend's to_host: memory outside the
-        arena); its memory stays until drop. Refused (False) as a move is (something else
-        holds it, it is not C-contiguous), and for arrays whose elements are references."""
+        arena); its memory stays until drop (with ahead, a copy out ahead: in use, the backend
+        ordering its reuse after the copy). Refused (False) as a move is (something else holds
+        it, it is not C-contiguous), and for arrays whose elements are references."""
         cdef object memory = self._movable(sid)
         if memory is None or self.backend.memory_held(memory) or memory.dtype.hasobject:
             return False
-        _put(self.host, sid, self.backend.to_host(memory))
+        # (a backend without copies ahead may define to_host(array) alone)
+        _put(self.host, sid, self.backend.to_host(memory, ahead) if ahead
+             else self.backend.to_host(memory))
         return True
 
     cpdef int fetch(self, int sid, int placement) except -1:

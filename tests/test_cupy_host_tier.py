@@ -2,9 +2,10 @@
 
 Without a GPU: argument errors, the 0-byte round trip (no memory, stream or event), where
 from_host's array lands for each placement (its copy only enqueued) and, on a fake driver, the
-order of the events around a copy. On a CUDA device (`cuda`): bytes back
-exactly, a freed piece reused while the copy out of it or into it could still run, and the
-pinned memory released by free_host."""
+order of the events around a copy. A copy out ahead (to_host(..., ahead=True)) on the fake
+driver: the current stream is not held, and the piece's free orders its reuse after the copy.
+On a CUDA device (`cuda`): bytes back exactly, a freed piece reused while the copy out of it
+(plain or ahead) or into it could still run, and the pinned memory released by free_host."""
 import weakref
 
 import numpy as np
@@ -16,6 +17,8 @@ import coop  # noqa: E402
 from coop._core import CHEAP, EXPENSIVE  # noqa: E402
 from coop.backends import streams  # noqa: E402
 from coop.backends.cupy import HostCopy  # noqa: E402
+from coop.backends._cupy_pool import PieceOwner  # noqa: E402
+from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
 
 MiB = 1 << 20
 BASE = 0x7F0000000000
@@ -136,6 +139,109 @@ def test_a_copy_waits_for_the_current_stream_and_the_current_stream_for_the_copy
                    ("record", "e6", "copy1"), ("wait", "B", "e6")]
 
 
+# ---- copies out ahead, on the fake driver -------------------------------------------------------
+
+@pytest.fixture
+def ahead(driver, monkeypatch, no_gc):
+    """A 1 GiB pool on the fake driver (tests/_cupy_driver.py), whose copies to the host are
+    logged instead of run (the copy itself needs a device): (pool, backend, driver)."""
+    from coop.backends import cupy as backend_module
+    monkeypatch.setattr(streams, "_copy_streams", {})
+    monkeypatch.setattr(streams, "new_copy_stream", lambda device_id: f"copy{device_id}")
+    monkeypatch.setattr(backend_module, "_pinned", bytearray)
+    real = streams.on_copy_stream
+    monkeypatch.setattr(streams, "on_copy_stream", lambda device_id, copy, hold=True: real(
+        device_id, lambda stream: driver.log.append(("copy", stream)), hold))
+    pool = coop.allocator("1GiB")
+    with pool:
+        yield pool, pool.bound(), driver
+    pool.arena.check()
+
+
+def test_a_copy_out_ahead_leaves_the_stream_running_and_the_free_waits_for_it(ahead):
+    pool, backend, driver = ahead
+    array = cupy.empty(1000, dtype=cupy.float32)
+    assert isinstance(array.data.mem._owner, PieceOwner)   # (not held: it frees the piece)
+    assert array.data.mem._owner.reader is None
+    copy = backend.to_host(array, ahead=True)
+    # the copy waits for the stream's work so far; the stream does not wait for the copy
+    assert driver.take() == [("record", "e1", "A"), ("wait", "copy0", "e1"),
+                             ("copy", "copy0"), ("record", "e2", "copy0")]
+    assert copy.done.name == "e2" and array.data.mem._owner.reader is copy.done
+    reused = cupy.empty(1000, dtype=cupy.float32)       # another piece: nothing to order
+    assert driver.take() == []
+    address = array.data.ptr
+    del array                                           # the copy may still read the piece
+    assert driver.take() == [("wait", "A", "e2")]
+    again = cupy.empty(1000, dtype=cupy.float32)        # handed out at once, after the wait
+    assert again.data.ptr == address and driver.take() == []
+    del again, reused
+    assert driver.take() == []                          # their pieces were never read ahead
+
+
+def test_a_copy_out_ahead_that_is_done_orders_nothing_at_the_free(ahead):
+    pool, backend, driver = ahead
+    array = cupy.empty(1000, dtype=cupy.float32)
+    copy = backend.to_host(array, ahead=True)
+    driver.take()
+    driver.finished.add(copy.done.name)                 # the device passed the copy
+    del array
+    assert driver.take() == [] and driver.queries == 1
+    assert pool.used_bytes() == 0
+
+
+def test_a_copy_out_ahead_freed_on_another_stream_orders_the_pieces_own_stream(ahead):
+    """The piece is reused on the stream it was allocated on (its free is ordered there): that
+    stream waits, whichever stream is current at the free."""
+    pool, backend, driver = ahead
+    array = cupy.empty(1000, dtype=cupy.float32)        # on A
+    copy = backend.to_host(array, ahead=True)
+    driver.take()
+    driver.stream = "B"
+    del array
+    assert driver.take() == [("wait", "A", copy.done.name)]
+
+
+def test_a_copy_out_ahead_freed_from_another_threads_default_stream_waits_for_the_device(ahead):
+    """A per-thread default stream can be reached only from its own thread: freed elsewhere
+    while the copy may still run, the device is synchronized instead."""
+    import threading
+    pool, backend, driver = ahead
+    driver.stream = "ptds"
+    array = cupy.empty(1000, dtype=cupy.float32)
+    backend.to_host(array, ahead=True)
+    driver.take()
+    held = [array]
+    del array
+    worker = threading.Thread(target=held.clear)
+    worker.start()
+    worker.join()
+    assert driver.take() == [("sync", 0)]
+
+
+def test_a_plain_copy_holds_the_stream_and_marks_nothing(ahead):
+    pool, backend, driver = ahead
+    array = cupy.empty(1000, dtype=cupy.float32)
+    copy = backend.to_host(array)
+    assert driver.take()[-1] == ("wait", "A", copy.done.name)
+    assert array.data.mem._owner.reader is None
+    del array
+    assert driver.take() == []
+
+
+def test_a_view_the_pool_did_not_allocate_is_copied_as_without_ahead(ahead):
+    """array_at's views have no piece to remember the copy: it holds the stream."""
+    pool, backend, driver = ahead
+    array = cupy.empty(1024, dtype=cupy.float32)       # the reservation, with a piece at 0
+    view = backend.array_at(0, 4096).view(cupy.float32)
+    assert not isinstance(view.data.mem._owner, PieceOwner)
+    copy = backend.to_host(view, ahead=True)
+    assert driver.take()[-1] == ("wait", "A", copy.done.name)
+    assert array.data.mem._owner.reader is None
+    del view, array
+    assert driver.take() == []
+
+
 # ---- on a CUDA device --------------------------------------------------------------------------
 
 SLOW_FILL = r'''
@@ -220,6 +326,39 @@ def test_a_piece_freed_after_to_host_is_overwritten_only_after_the_copy(pool, on
             assert (float(host.min()), float(host.max())) == (i, i), i
             backend.free_host(copy)
             del reuse
+
+
+@pytest.mark.cuda
+def test_a_piece_copied_out_ahead_is_overwritten_only_after_the_copy(pool):
+    """A copy out ahead of a large array, which stays in use; a small kernel after it on the
+    current stream ends while the copy still runs (the stream is not held); then the array is
+    dropped and a new array over the same piece is overwritten at once: the host copy must
+    hold the array's values (the piece's free made the stream wait for the copy)."""
+    backend = pool.bound()
+    n = 256 * MiB // 4
+    slow_fill(cupy.empty(1, dtype=cupy.float32), 0.0, 1000)  # compiled outside the race
+    held = 0
+    for i in range(1, 5):
+        array = cupy.empty(n, dtype=cupy.float32)
+        address = array.data.ptr
+        slow_fill(array, float(i))
+        copy = backend.to_host(array, ahead=True)
+        small = cupy.zeros(16, dtype=cupy.float32)        # after the copy, on the stream
+        after = cupy.cuda.Event(disable_timing=True)
+        after.record()
+        after.synchronize()
+        held += copy.done.done                            # the copy ended first: held up?
+        del array, small
+        reuse = cupy.empty(n, dtype=cupy.float32)
+        assert reuse.data.ptr == address                  # the same piece, handed out at once
+        reuse.fill(-1.0)
+        cupy.cuda.Stream.null.synchronize()
+        host = copy.numpy()
+        assert (float(host.min()), float(host.max())) == (i, i), i
+        backend.free_host(copy)
+        del reuse
+    # a 256 MiB copy takes milliseconds over the host link; the small kernel microseconds
+    assert held <= 1, f"the current stream waited for the copy out ahead {held} times in 4"
 
 
 @pytest.mark.cuda

@@ -487,12 +487,12 @@ def test_open_tier_without_a_tier_changes_nothing(trace):
     assert rp.engine.arena.offload_last and not rp.engine.tier_constants
 
 
-def test_cupys_backend_makes_no_copies_ahead():
-    """CuPy's to_host orders the compute stream after its copy (a piece freed right after it
-    is safe): a copy ahead would hold up the compute, so its backend offers none; the NumPy
-    backend's copy is done when to_host returns."""
+def test_which_backends_copy_ahead():
+    """CuPy's to_host(..., ahead=True) leaves the compute stream running and orders the piece's
+    reuse after the copy (tests/test_cupy_host_tier.py), so its backend copies ahead; the NumPy
+    backend's copy is done when to_host returns; a backend says so or makes none."""
     cupy_backend = pytest.importorskip("coop.backends.cupy")
-    assert cupy_backend._BoundPool.can_copy_ahead is False
+    assert cupy_backend._BoundPool.can_copy_ahead is True
     assert cupy_backend._BoundPool.can_offload is True
     from coop.backends.base import Backend
     assert Backend.can_copy_ahead.fget(None) is False

@@ -15,6 +15,7 @@ from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
 from coop._core cimport Arena
+from coop.backends import streams
 
 cdef object _has_hooks = memory_hook._has_memory_hooks
 cdef object _get_hooks = memory_hook.get_memory_hooks
@@ -29,8 +30,12 @@ cdef class PieceOwner:
 
     The garbage collector never clears it (no_gc_clear): an array caught in a reference cycle
     still frees its piece, into an arena the collector leaves intact too (the core's arena is
-    no_gc_clear as well). Its free reads nothing from ``home`` but the stream order, which a
-    collected pool may have lost (then there is nothing to order)."""
+    no_gc_clear as well). Its free reads nothing from ``home`` but the stream order and its
+    lock, which a collected pool may have lost (then there is nothing to order).
+
+    ``reader``: a copy out ahead (``to_host(array, ahead=True)``) may still read the piece;
+    its free then makes the piece's stream wait for that copy first
+    (``coop.backends.streams.await_reader``)."""
     cdef readonly object home          # the pool's _DeviceArena: keeps arena and memory alive
     cdef Arena arena                   # home.arena, for the C free
     cdef readonly size_t offset        # the piece's offset in the arena
@@ -40,6 +45,8 @@ cdef class PieceOwner:
     cdef readonly Py_ssize_t memory_id # id() of its UnownedMemory, the hooks' pmem_id
     cdef readonly size_t ptr           # the piece's address (base + offset), for the hooks
     cdef readonly int device_id        # its device, for the hooks
+    cdef public object reader          # the event of a copy out ahead that may still read the
+                                       # piece (None: none): its free orders reuse after it
 
     def __dealloc__(self):
         if self.arena is None:
@@ -60,13 +67,23 @@ cdef class PieceOwner:
         self._free()
 
     cdef _free(self):
-        self.arena.c_free(self.offset)
         home = self.home
-        order = getattr(home, "order", None)   # a collected home has lost its slots
-        if order is not None:   # several streams: note the free for stream ordering
-            with home.lock:
-                if home.order is not None:
-                    home.order.on_free(self.stream_key)
+        reader, self.reader = self.reader, None
+        try:
+            if reader is not None:
+                # a copy out ahead may still read the piece: whoever gets it next waits for it
+                # (a collected home has lost its slots: its memory goes with it)
+                lock = getattr(home, "lock", None)
+                if lock is not None:
+                    with lock:
+                        streams.await_reader(home, self.stream_key, reader)
+        finally:    # the piece is freed even if a driver call failed
+            self.arena.c_free(self.offset)
+            order = getattr(home, "order", None)   # a collected home has lost its slots
+            if order is not None:   # several streams: note the free for stream ordering
+                with home.lock:
+                    if home.order is not None:
+                        home.order.on_free(self.stream_key)
 
 
 def adopt(home, Arena arena, size_t base, size_t offset, size_t nbytes, stream_key,

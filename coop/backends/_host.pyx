@@ -241,10 +241,11 @@ cdef class HostBackend:
         # to_host's copy is done when it returns: the array may stay in use
         return True
 
-    def to_host(self, array):
+    def to_host(self, array, ahead=False):
         """The host tier's copy of C-contiguous array: its bytes copied into memory outside
         the arena (a bytearray, which NumPy's memory handler never sees), as an array of its
-        shape and dtype. The copy is counted (host_copies, host_bytes_copied)."""
+        shape and dtype. The copy is counted (host_copies, host_bytes_copied). It is done
+        when this returns, so a copy out ahead (ahead) is the same copy."""
         if not array.flags.c_contiguous:
             raise ValueError(f"to_host needs a C-contiguous array, got shape {array.shape} with "
                              f"strides {array.strides}; copy it first (numpy.ascontiguousarray)")

@@ -104,9 +104,11 @@ class Backend(abc.ABC):
         ahead of the pressure) without holding up the work after it."""
         return False
 
-    def to_host(self, array):
+    def to_host(self, array, ahead=False):
         """A copy of C-contiguous array's bytes in host memory outside the arena (a handle
-        with shape, dtype and nbytes); array may be freed as soon as this returns."""
+        with shape, dtype and nbytes); array may be freed as soon as this returns. ahead (only
+        where can_copy_ahead): a copy out ahead of the pressure, from an array that stays in
+        use, which must not hold up the work after it."""
         raise NotImplementedError(f"{type(self).__name__} has no host tier")
 
     def from_host(self, copy, placement):

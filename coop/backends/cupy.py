@@ -561,9 +561,9 @@ class _BoundPool(Backend):
     #: the host tier: to_host, from_host and free_host copy through pinned host memory on a
     #: copy stream (an offloading policy's offloads; run on an H200 by the device check)
     can_offload = True
-    #: no copies out ahead: to_host makes the current stream wait for its copy (so a piece
-    #: freed right after it is safe), which would hold up the compute after a copy ahead
-    can_copy_ahead = False
+    #: copies out ahead: to_host(array, ahead=True) leaves the current stream running beside
+    #: the copy; the array's piece, whenever it is freed, makes its stream wait for the copy
+    can_copy_ahead = True
 
     def __init__(self, pool, device_id):
         self._pool = weakref.ref(pool)
@@ -622,10 +622,19 @@ class _BoundPool(Backend):
         return moved
 
     # -- the host tier: copies to pinned host memory and back (streams.on_copy_stream) --
-    def to_host(self, array):
+    def to_host(self, array, ahead=False):
         """A HostCopy of the C-contiguous device array's bytes in pinned host memory, copied on
         the device's copy stream after the current stream's work so far. The array may be
-        dropped at once: the current stream's next work waits for the copy."""
+        dropped at once: the current stream's next work waits for the copy.
+
+        ``ahead`` (a copy out ahead of the pressure, from an array that stays in use): the
+        current stream runs on beside the copy, and the array's piece remembers it
+        (``PieceOwner.reader``): when the piece is freed, later, its stream waits for the copy
+        before the piece can be written again. An array this pool did not allocate (a view of
+        array_at's) has no piece to remember it: its copy holds the current stream, as
+        without ``ahead``. Writing the array in place while the copy runs is the caller's to
+        avoid (coop's engine drops a host copy before an in-place op writes its storage, and
+        releasing the host copy waits for the copy)."""
         pool = self._live()
         if not isinstance(array, cupy.ndarray):
             raise TypeError(f"coop: to_host copies a cupy.ndarray, not {type(array).__name__}")
@@ -646,8 +655,13 @@ class _BoundPool(Backend):
             copy.memory = memory
             copy.host = numpy.ndarray(array.shape, array.dtype, memory)
             source = array.data
+            piece = source.mem._owner if ahead else None
+            ahead = isinstance(piece, PieceOwner) and piece.home is pool._homes.get(self.device_id)
             copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
-                source.copy_to_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)))
+                source.copy_to_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)),
+                hold=not ahead)
+            if ahead:
+                piece.reader = copy.done
         return copy
 
     def from_host(self, copy, placement):

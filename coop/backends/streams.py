@@ -7,8 +7,9 @@ once (A's order protects it); before another stream B receives memory after free
 (``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``) share one handle but are distinct streams, one per
 thread. ``StreamOrder`` is one device's bookkeeping; the pool makes it when a second stream
 allocates. ``on_copy_stream`` runs a copy to or from host memory on the device's copy stream,
-ordered with the current stream both ways by events. The driver calls are the functions below,
-which tests replace with fakes.
+ordered with the current stream both ways by events (a copy out ahead one way only: the piece's
+free waits for it, ``await_reader``). The driver calls are the functions below, which tests
+replace with fakes.
 """
 import itertools
 import threading
@@ -16,8 +17,8 @@ import weakref
 
 import cupy
 
-__all__ = ["PER_THREAD_STREAM", "StreamOrder", "copy_stream", "current_stream", "on_copy_stream",
-           "thread_number"]
+__all__ = ["PER_THREAD_STREAM", "StreamOrder", "await_reader", "copy_stream", "current_stream",
+           "on_copy_stream", "thread_number"]
 
 PER_THREAD_STREAM = cupy.cuda.runtime.streamPerThread  # the handle every thread's PTDS shares
 
@@ -222,15 +223,19 @@ def copy_stream(device_id):
     return stream
 
 
-def on_copy_stream(device_id, copy):
+def on_copy_stream(device_id, copy, hold=True):
     """Enqueue ``copy(stream)`` on the device's copy stream after the current stream's work so
-    far (an event recorded on it), and the current stream's later work after the copy (it
-    waits on an event recorded after the copy); returns that event, done once the copy is.
+    far (an event recorded on it), and, with ``hold``, the current stream's later work after
+    the copy (it waits on an event recorded after the copy); returns that event, done once the
+    copy is.
 
     The wait on the current stream is what makes a piece freed right after a copy safe: the
     pool hands a freed piece out at once (frees are not stream ordered), and the next kernel
     on the current stream, or on a stream that waits for this one's frees (StreamOrder), runs
-    only after the copy read or wrote it."""
+    only after the copy read or wrote it. Without ``hold`` (a copy out ahead, from a piece
+    that stays in use) the current stream runs on beside the copy; the caller marks the piece
+    (``PieceOwner.reader``), so that whenever it is freed its stream waits for the copy first
+    (``await_reader``)."""
     # What CuPy does with these (cupy/cuda/stream.pyx, memory.pyx): Event.record(stream) is
     # runtime.eventRecord(event.ptr, stream.ptr); Stream.wait_event(event) is
     # runtime.streamWaitEvent(stream.ptr, event.ptr), which orders the stream's later work after
@@ -246,5 +251,32 @@ def on_copy_stream(device_id, copy):
     copy(side)
     finished = new_event()
     record(finished, side)
-    wait(current, finished)
+    if hold:
+        wait(current, finished)
     return finished
+
+
+def await_reader(home, key, event):
+    """A piece of ``home`` (a pool's _DeviceArena) is being freed on stream ``key`` while a copy
+    out ahead may still read it (``event``: done once the copy is): that stream's later work,
+    which may be handed the piece at once, and every stream that waits for its frees
+    (StreamOrder), wait for the copy first. A piece of a ``base=`` pool (no stream of its own:
+    key None) and a stream that cannot be reached from here (gone, or another thread's
+    per-thread default stream) order the current stream's work after the copy, or wait for the
+    whole device. Called under the pool's lock."""
+    if done(event):
+        return
+    current_key, current = current_stream(home.device_id)
+    if key is None or key == current_key:
+        wait(current, event)
+        return
+    stream = None
+    if not isinstance(key, tuple):
+        if home.order is not None:
+            stream = home.order._stream(key)
+        elif key == home.stream_key:
+            stream = home.stream
+    if stream is None:
+        synchronize(home.device_id)
+        return
+    wait(stream, event)

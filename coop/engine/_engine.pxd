@@ -31,7 +31,7 @@ cdef class Executor:
     cpdef bint relocate(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
     cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
     cpdef int moved(self) except -1
-    cpdef bint offload(self, int storage) except -1
+    cpdef bint offload(self, int storage, bint ahead=*) except -1
     cpdef int fetch(self, int storage, int placement) except -1
     cpdef int forget_host(self, int storage) except -1
 

@@ -90,10 +90,12 @@ cdef class Executor:
         """The moved storages are bound to their new pieces: the old memory may go now."""
         return 0
 
-    cpdef bint offload(self, int storage) except -1:
+    cpdef bint offload(self, int storage, bint ahead=False) except -1:
         """Copy resident storage's bytes into host memory kept for it, outside the arena; its
         memory stays (the engine frees it next, through drop, which must then succeed). False
-        refuses (memory held elsewhere). Called only when can_offload is set."""
+        refuses (memory held elsewhere). Called only when can_offload is set. ahead (only when
+        can_copy_ahead is set): a copy out ahead, whose storage stays resident and in use: the
+        copy must not hold up the work after it, nor its memory be reused before it ends."""
         return False
 
     cpdef int fetch(self, int storage, int placement) except -1:

@@ -12,7 +12,7 @@ cdef class SizeExecutor(Executor):
         self.can_offload = True    # ... and so is an offload: the host tier counts bytes
         self.can_copy_ahead = True
 
-    cpdef bint offload(self, int s) except -1:
+    cpdef bint offload(self, int s, bint ahead=False) except -1:
         return True
 
     cpdef int fetch(self, int s, int placement) except -1:

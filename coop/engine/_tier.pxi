@@ -266,8 +266,9 @@ cdef class _Tier(_Room):
         copied out in the background (it stays resident, its host copy cached), into room the
         host tier has free (nothing is dropped for it). When the window later offloads it,
         nothing is copied: the clock waits only for what is left of that copy. Only where the
-        executor can copy an array that stays in use (can_copy_ahead: replays and the NumPy
-        backend, not CuPy's, whose copies hold up the compute stream after them)."""
+        executor can copy an array that stays in use (can_copy_ahead: replays, the NumPy
+        backend, and CuPy's, whose copy out ahead leaves the compute stream running and
+        orders the piece's reuse after it)."""
         cdef int s, best = -1
         cdef size_t k, kept = 0
         cdef double last, best_last = INFINITY
@@ -297,7 +298,7 @@ cdef class _Tier(_Room):
         if self.host_budget >= 0 and self.host_bytes + need > self.host_budget:
             self.ahead_idle = True
             return 0
-        if not self.executor.offload(s):
+        if not self.executor.offload(s, True):
             self.ahead_idle = True
             return 0
         self.on_host[s] = 2
