@@ -215,3 +215,31 @@ def test_bad_arguments_name_the_problem(tmp_path, capsys, argv, names):
     err = capsys.readouterr().err
     assert names in err and err.count("\n") == 1
     assert not os.listdir(tmp_path)    # checked before anything is written
+
+
+def test_coop_against_the_dtr_family_names_each_exception_and_its_cause():
+    by = {"coop": [_row(0.9, "ok", 1.10), _row(0.8, "ok", 1.30), _row(0.7, "ok", 1.50),
+                   _row(0.6, "ok", 1.70), _row(0.5, "ok", 1.9), _row(0.4, "oom")],
+          "dtr": [_row(0.9, "ok", 1.095), _row(0.8, "ok", 1.20), _row(0.7, "ok", 1.40),
+                  _row(0.6, "ok", 1.60), _row(0.5, "oom"), _row(0.4, "ok", 1.5)],
+          "dte": [_row(0.9, "ok", 1.2), _row(0.8, "ok", 1.25), _row(0.7, "ok", 1.45),
+                  _row(0.6, "ok", 1.65), _row(0.5, "ok", 1.5), _row(0.4, "ok", 1.5)],
+          "coop-no-move": [_row(0.8, "ok", 1.28), _row(0.7, "ok", 1.40), _row(0.6, "thrash")]}
+    c = claims._family_claim(by)
+    # 0.9: 1.10 <= 1.095 * 1.005 = 1.100475 (within the slack); 0.5 and 0.4: not all complete
+    assert (c["holds"], c["ratios"]) == (False, 4)
+    assert [(x["ratio"], x["best"], x["by"], x["coop-no-move"], x["cause"])
+            for x in c["exceptions"]] == [
+        (0.8, 1.20, "dtr", 1.28, "window"),          # the evict-only window above too
+        (0.7, 1.40, "dtr", 1.40, "moves"),           # the evict-only window within: moves
+        (0.6, 1.60, "dtr", "thrash", "window_fails")]
+    assert c["causes"] == {"window": 1, "moves": 1, "window_fails": 1}
+    assert c["largest_excess"] == pytest.approx(1.30 / 1.20 - 1)
+    del by["coop-no-move"]
+    assert {x["cause"] for x in claims._family_claim(by)["exceptions"]} == {"unmeasured"}
+    by["coop"] = [_row(0.9, "ok", 1.1), _row(0.8, "ok", 1.2)]
+    c = claims._family_claim(by)
+    assert (c["holds"], c["ratios"], c["exceptions"], c["causes"]) == (True, 2, [], {})
+    assert claims._family_claim({"coop": by["coop"], "dtr": by["dtr"]})["holds"] is None
+    only_failures = {p: [_row(0.5, "oom")] for p in ("coop", "dtr", "dte")}
+    assert claims._family_claim(only_failures)["holds"] is None

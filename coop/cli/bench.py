@@ -15,7 +15,9 @@ with the failures seen above it.
 
 Writes runs.csv and runs.json (one row per replay), summary.json (per model and policy, and
 the paper's claims per model, checked, never tuned: coop's minimum budget no higher than dtr's
-and dte's, and within 0.02 of dtr-ideal's; coop never worse than each ablation; a lower
+and dte's, and within 0.02 of dtr-ideal's; coop's overhead at most min(dtr, dte) + 0.5% at
+every ratio where all three complete, each exception with its cause measured by coop-no-move at
+its ratio; coop never worse than each ablation; a lower
 fragmentation rate than dtr's and dte's; dtr searching at least 3x longer at ratio 0.3),
 tables.md (printed too) and four PNGs: overhead, fragmentation, search_time, min_budget.
 Example: coop bench --out bench-out --jobs 2

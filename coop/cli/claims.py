@@ -1,6 +1,7 @@
 """`coop bench`'s summary of a sweep: per model and policy the minimum feasible ratio and the
 points at MARKS, and the claims checked on them (never tuned): coop's minimum <= dtr's and
-dte's, within IDEAL_SLACK of dtr-ideal, never worse than each ablation, less fragmented, and
+dte's, within IDEAL_SLACK of dtr-ideal, its overhead within FAMILY_SLACK of the DTR family's
+(each exception with its measured cause), never worse than each ablation, less fragmented, and
 cheaper to search."""
 import math
 import statistics
@@ -84,6 +85,53 @@ def _ideal_claim(mins, by_policy):
             "overhead_0.5": None if a is None or b is None else
             [a["compute_overhead"] if a["status"] == "ok" else None,
              b["compute_overhead"] if b["status"] == "ok" else None]}
+
+
+#: coop's overhead against the DTR family: at most min(dtr, dte) times (1 + FAMILY_SLACK)
+FAMILY_SLACK = 0.005
+#: an exception's cause, measured by the evict-only ablation (coop-no-move) at its ratio
+FAMILY_CAUSES = {
+    "window": "the evict-only window above it too",
+    "moves": "moves add it (the evict-only window within)",
+    "window_fails": "the evict-only window fails there",
+    "unmeasured": "no coop-no-move run",
+}
+
+
+def _family_claim(by_policy):
+    """coop's compute overhead at most min(dtr, dte) * (1 + FAMILY_SLACK) at every ratio where
+    coop, dtr and dte all complete, and each exception's cause, measured by the evict-only
+    ablation at that ratio (FAMILY_CAUSES): coop-no-move above the bound too (the window's
+    choice is dearer already, before any move), within it (coop's moves add the overhead), or
+    failing there."""
+    if any(p not in by_policy for p in ("coop", "dtr", "dte")):
+        return {"holds": None, "why": "needs coop, dtr and dte"}
+    ratios, exceptions = 0, []
+    for c in by_policy["coop"]:
+        d, e = (_at(by_policy[p], c["ratio"]) for p in ("dtr", "dte"))
+        if c["status"] != "ok" or any(q is None or q["status"] != "ok" for q in (d, e)):
+            continue
+        ratios += 1
+        best, who = min((d["compute_overhead"], "dtr"), (e["compute_overhead"], "dte"))
+        bound = best * (1 + FAMILY_SLACK)
+        if c["compute_overhead"] <= bound * (1 + 1e-12):
+            continue
+        n = _at(by_policy.get("coop-no-move", []), c["ratio"])
+        if n is None:
+            cause, plain = "unmeasured", None
+        elif n["status"] != "ok":
+            cause, plain = "window_fails", n["status"]
+        else:
+            plain = n["compute_overhead"]
+            cause = "window" if plain > bound * (1 + 1e-12) else "moves"
+        exceptions.append({"ratio": c["ratio"], "coop": c["compute_overhead"], "best": best,
+                           "by": who, "coop-no-move": plain, "cause": cause})
+    if not ratios:
+        return {"holds": None, "why": "no ratio where coop, dtr and dte all complete"}
+    causes = {k: sum(x["cause"] == k for x in exceptions) for k in FAMILY_CAUSES}
+    return {"holds": not exceptions, "ratios": ratios, "exceptions": exceptions,
+            "causes": {k: v for k, v in causes.items() if v},
+            "largest_excess": max((x["coop"] / x["best"] - 1 for x in exceptions), default=0.0)}
 
 
 def _never_worse_claim(by_policy, other, mine="coop", strict=False):
@@ -205,6 +253,7 @@ def summarize(sources, rows, policies):
             "claims": {
                 "min_budget": _min_claim(mins),
                 "ideal": _ideal_claim(mins, by_policy),
+                "overhead_vs_dtr_family": _family_claim(by_policy),
                 **{f"not_worse_than_{p}": _never_worse_claim(by_policy, p)
                    for p in ("coop-no-move", "coop-no-inplace", "coop-no-partition")},
                 "fragmentation": _fragmentation_claim(by_policy),

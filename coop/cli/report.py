@@ -4,7 +4,7 @@ import math
 import os
 import statistics
 
-from coop.cli.claims import IDEAL_SLACK
+from coop.cli.claims import FAMILY_CAUSES, FAMILY_SLACK, IDEAL_SLACK
 from coop.trace import replay as R
 
 GIB = 1 << 30
@@ -50,6 +50,14 @@ def _frag_text(c):
         v = c["violations"]
         text += f"; not below at {len(v)}: {', '.join(f'{r:.2f}' for r in v[:4])}"
         text += ", ..." if len(v) > 4 else ""
+    return text
+
+
+def _family_text(c):
+    text = f"{len(c['exceptions'])} of {c['ratios']} ratios above"
+    if c["exceptions"]:
+        text += (f", by up to {100 * c['largest_excess']:.1f}%; "
+                 + ", ".join(f"{n} {FAMILY_CAUSES[k]}" for k, n in c["causes"].items()))
     return text
 
 
@@ -125,10 +133,14 @@ def tables(summary, policies, rows):
     for name, s in summary.items():
         cl = s["claims"]
         body.append([name, _claim(cl["min_budget"], _min_text),
+                     _claim(cl["overhead_vs_dtr_family"], _family_text),
                      _claim(cl["fragmentation"], _frag_text),
                      _claim(cl["search_time_0.3"], _search_text)])
     out.append("\nThe claims, per model (checked, not tuned):\n")
     out.append(_table(["model", "coop min <= dtr's and dte's",
+                       (f"overhead <= min(dtr, dte) + {100 * FAMILY_SLACK:g}% at every ratio "
+                        "where all three complete (each exception's cause: coop-no-move at "
+                        "its ratio)"),
                        ("coop's fragmentation below dtr's and dte's at every ratio where all "
                         "three complete"), "search time at 0.3: dtr >= 3x coop"], body, text=True))
 
