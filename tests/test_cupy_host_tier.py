@@ -219,6 +219,29 @@ def test_a_copy_out_ahead_freed_from_another_threads_default_stream_waits_for_th
     assert driver.take() == [("sync", 0)]
 
 
+def test_a_driver_failure_at_the_free_still_returns_the_piece(ahead, monkeypatch):
+    """The wait for a copy out ahead fails (a driver error): the error is reported (a free in a
+    destructor cannot raise), the piece goes back to the arena and the arena stays whole."""
+    import sys
+    pool, backend, driver = ahead
+    array = cupy.empty(1000, dtype=cupy.float32)
+    address = array.data.ptr
+    backend.to_host(array, ahead=True)
+    driver.take()
+
+    def failing(stream, event):
+        raise RuntimeError("cudaErrorLaunchFailure")
+    monkeypatch.setattr(streams, "wait", failing)
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    del array
+    assert [type(r.exc_value) for r in reported] == [RuntimeError]
+    assert pool.used_bytes() == 0
+    pool.arena.check()
+    again = cupy.empty(1000, dtype=cupy.float32)        # the piece is handed out again
+    assert again.data.ptr == address
+
+
 def test_a_plain_copy_holds_the_stream_and_marks_nothing(ahead):
     pool, backend, driver = ahead
     array = cupy.empty(1000, dtype=cupy.float32)
