@@ -655,12 +655,14 @@ class _BoundPool(Backend):
             copy.memory = memory
             copy.host = numpy.ndarray(array.shape, array.dtype, memory)
             source = array.data
+            # only a piece of this pool can remember the copy (its free waits for it)
             piece = source.mem._owner if ahead else None
-            ahead = isinstance(piece, PieceOwner) and piece.home is pool._homes.get(self.device_id)
+            marked = isinstance(piece, PieceOwner) and \
+                piece.home is pool._homes.get(self.device_id)
             copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
                 source.copy_to_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)),
-                hold=not ahead)
-            if ahead:
+                hold=not marked)
+            if marked:
                 piece.reader = copy.done
         return copy
 

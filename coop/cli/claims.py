@@ -10,6 +10,8 @@ import statistics
 MARKS = (0.5, 0.3)
 #: the search-time claim: dtr's total search time at 0.3 over coop's, at least this
 SEARCH_FACTOR = 3.0
+#: coop and the DTR family it is compared with
+FAMILY = ("coop", "dtr", "dte")
 
 
 def _at(rows, ratio):
@@ -51,7 +53,7 @@ def summarize_policy(rows):
 
 
 def _min_claim(mins):
-    if any(p not in mins for p in ("coop", "dtr", "dte")):
+    if any(p not in mins for p in FAMILY):
         return {"holds": None, "why": "needs coop, dtr and dte"}
     c, d, e = mins["coop"], mins["dtr"], mins["dte"]
     if c is None and d is None and e is None:
@@ -87,6 +89,14 @@ def _ideal_claim(mins, by_policy):
              b["compute_overhead"] if b["status"] == "ok" else None]}
 
 
+def _all_complete(by_policy):
+    """(coop, dtr, dte) rows at each ratio of coop's sweep where all three complete."""
+    for c in by_policy["coop"]:
+        d, e = _at(by_policy["dtr"], c["ratio"]), _at(by_policy["dte"], c["ratio"])
+        if all(r is not None and r["status"] == "ok" for r in (c, d, e)):
+            yield c, d, e
+
+
 #: coop's overhead against the DTR family: at most min(dtr, dte) times (1 + FAMILY_SLACK)
 FAMILY_SLACK = 0.005
 #: an exception's cause, measured by the evict-only ablation (coop-no-move) at its ratio
@@ -104,17 +114,14 @@ def _family_claim(by_policy):
     ablation at that ratio (FAMILY_CAUSES): coop-no-move above the bound too (the window's
     choice is dearer already, before any move), within it (coop's moves add the overhead), or
     failing there."""
-    if any(p not in by_policy for p in ("coop", "dtr", "dte")):
+    if any(p not in by_policy for p in FAMILY):
         return {"holds": None, "why": "needs coop, dtr and dte"}
     ratios, exceptions = 0, []
-    for c in by_policy["coop"]:
-        d, e = (_at(by_policy[p], c["ratio"]) for p in ("dtr", "dte"))
-        if c["status"] != "ok" or any(q is None or q["status"] != "ok" for q in (d, e)):
-            continue
+    for c, d, e in _all_complete(by_policy):
         ratios += 1
         best, who = min((d["compute_overhead"], "dtr"), (e["compute_overhead"], "dte"))
-        bound = best * (1 + FAMILY_SLACK)
-        if c["compute_overhead"] <= bound * (1 + 1e-12):
+        limit = best * (1 + FAMILY_SLACK) * (1 + 1e-12)     # (1e-12: the sums' rounding)
+        if c["compute_overhead"] <= limit:
             continue
         n = _at(by_policy.get("coop-no-move", []), c["ratio"])
         if n is None:
@@ -123,14 +130,14 @@ def _family_claim(by_policy):
             cause, plain = "window_fails", n["status"]
         else:
             plain = n["compute_overhead"]
-            cause = "window" if plain > bound * (1 + 1e-12) else "moves"
+            cause = "window" if plain > limit else "moves"
         exceptions.append({"ratio": c["ratio"], "coop": c["compute_overhead"], "best": best,
                            "by": who, "coop-no-move": plain, "cause": cause})
     if not ratios:
         return {"holds": None, "why": "no ratio where coop, dtr and dte all complete"}
-    causes = {k: sum(x["cause"] == k for x in exceptions) for k in FAMILY_CAUSES}
+    causes = {k: n for k in FAMILY_CAUSES if (n := sum(x["cause"] == k for x in exceptions))}
     return {"holds": not exceptions, "ratios": ratios, "exceptions": exceptions,
-            "causes": {k: v for k, v in causes.items() if v},
+            "causes": causes,
             "largest_excess": max((x["coop"] / x["best"] - 1 for x in exceptions), default=0.0)}
 
 
@@ -182,13 +189,10 @@ def _tier_claim(source, mins, policy="coop-offload"):
 def _fragmentation_claim(by_policy):
     """coop's fragmentation rate below dtr's and dte's at every ratio where all three complete
     and each searched at least once (the rate is a mean over searches: none, no rate)."""
-    if any(p not in by_policy for p in ("coop", "dtr", "dte")):
+    if any(p not in by_policy for p in FAMILY):
         return {"holds": None, "why": "needs coop, dtr and dte"}
     points, no_search = [], []
-    for c in by_policy["coop"]:
-        d, e = _at(by_policy["dtr"], c["ratio"]), _at(by_policy["dte"], c["ratio"])
-        if any(r is None or r["status"] != "ok" for r in (c, d, e)):
-            continue
+    for c, d, e in _all_complete(by_policy):
         if not (c["searches"] and d["searches"] and e["searches"]):
             no_search.append(c["ratio"])
             continue
@@ -203,7 +207,7 @@ def _fragmentation_claim(by_policy):
         "ratios_without_searches": no_search,
         "violations": [r for r, c, d, e in points if not (c < d and c < e)],
         "mean": {p: statistics.fmean(pt[i] for pt in points)
-                 for i, p in enumerate(("coop", "dtr", "dte"), 1)},
+                 for i, p in enumerate(FAMILY, 1)},
     }
 
 
