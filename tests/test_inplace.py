@@ -122,7 +122,9 @@ def test_coop_completes_the_default_unrolled_gan_where_dtrs_rule_does(tmp_path):
             assert ours["status"] == "ok", ratio
             assert ours["compute_overhead"] <= dtrs["compute_overhead"], ratio
             assert ours["peak_used_bytes"] <= budget
-    assert completed == 7        # all but 0.90 and 0.84 and below (both fail there)
+    # all but 0.84 and below (both fail there); 0.90 thrashed under both while a released
+    # dependency recomputed once was evicted as soon as its reader had run
+    assert completed == 8
 
 
 @pytest.mark.parametrize("shape", [(4, 3, 256, 64), (3, 2, 512, 64), (10, 2, 256, 32)])

@@ -62,15 +62,19 @@ cdef class _Residency(_Tier):
     cdef int _rematerialize(self, int target, vector[int]& targets) except -1:
         """Recompute target, iteratively: pin each pending op's inputs as they become
         resident, unpin them when it has run; a dependency recomputed only for this call is
-        demoted after its last pending reader (_demote), except a released one recomputed
-        for the first time since its release, evicted once unpinned. Evicting every released
-        dependency so recomputes a shared ancestor once per path through the graph's fan-outs
-        (exponentially many); keeping every one costs more at tight budgets than it saves
-        where no path shares it (docs/benchmarks.md). An error leaves no dependency pinned."""
+        demoted after its last pending reader (_demote), and a released one recomputed for
+        the first time since its release is also evicted when the whole call ends, if it is
+        still resident and unpinned. Evicting every released dependency as soon as its reader
+        has run recomputes a shared ancestor once per path through the graph's fan-outs
+        (exponentially many), and a value another path of the same call reads next (a
+        sibling's input) once more per call; keeping every one past the call costs more at
+        tight budgets than it saves where no path shares it (docs/benchmarks.md). An error
+        leaves no dependency pinned."""
         cdef vector[int] f_storage, f_next, f_start, f_len
         cdef vector[int] f_inputs       # the frames' unique inputs, concatenated
         cdef vector[int] touched
-        cdef int top, s, i, dep, k
+        cdef vector[int] first_made     # released, recomputed for the first time: evicted at
+        cdef int top, s, i, dep, k      # the end
         self._push_frame(target, f_storage, f_next, f_start, f_len, f_inputs, touched)
         try:
             while not f_storage.empty():
@@ -103,10 +107,10 @@ cdef class _Residency(_Tier):
                 for k in range(f_start[top], f_start[top] + f_len[top]):
                     dep = f_inputs[k]
                     self.c_unpin(dep, True)
-                    # released, and recomputed once since: evicted as soon as it is unpinned
-                    # (a second recompute keeps it: the graph reads it on several paths)
-                    if self.remade[dep] == 1 and self.pins[dep] == 0:
-                        self._evict_eagerly(dep)
+                    # released, and recomputed once since: evicted when the call ends (a
+                    # second recompute keeps it: the graph reads it on several paths)
+                    if self.remade[dep] == 1:
+                        first_made.push_back(dep)
                 for k in range(f_start[top], f_start[top] + f_len[top]):
                     dep = f_inputs[k]
                     self.needs[dep] -= 1
@@ -120,6 +124,9 @@ cdef class _Residency(_Tier):
                 f_next.pop_back()
                 f_start.pop_back()
                 f_len.pop_back()
+            for dep in first_made:
+                if self.remade[dep] == 1 and self.pins[dep] == 0:
+                    self._evict_eagerly(dep)
         except BaseException:
             # unpin what the pending frames pinned, without evicting: the traceback may still
             # refer to the failed kernel's arrays
