@@ -7,7 +7,8 @@ Live runs (coop.Runtime on the host, CuPy or the simulation backend), trace repl
 - an op's inputs are pinned while it runs, and made resident first by iterative
   rematerialization (no recursion limit): each pending op pins its inputs as they become
   resident; a dependency recomputed only for this call is kept but demoted after its last
-  pending reader (one the program released, from its second recompute on: the first victim);
+  pending reader (one the program released: the first victim, and after its first recompute
+  since its release evicted when the call ends);
 - recomputable in-place: a mutated storage S's old value becomes a new storage V with S's old
   producer, readers of S are redirected to V, and the in-place op becomes S's producer (with
   the ablation, or for a constant, V holds a copy instead);

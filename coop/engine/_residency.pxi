@@ -3,8 +3,8 @@
 
 cdef class _Residency(_Tier):
     """Pins, iterative rematerialization (no recursion limit), demotion of what was recomputed
-    only as a dependency, eager eviction of released storages (at release, or after their
-    first recompute), and materialize (a storage becomes a constant)."""
+    only as a dependency, eager eviction of released storages (at release, or at the end of
+    the rematerialization that first recomputed them), and materialize (a storage becomes a constant)."""
 
     cdef void c_pin(self, int s) noexcept:
         """Pin s: the policy may not evict it (it may still move) until c_unpin."""
