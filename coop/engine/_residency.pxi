@@ -4,7 +4,8 @@
 cdef class _Residency(_Tier):
     """Pins, iterative rematerialization (no recursion limit), demotion of what was recomputed
     only as a dependency, eager eviction of released storages (at release, or at the end of
-    the rematerialization that first recomputed them), and materialize (a storage becomes a constant)."""
+    the rematerialization that first recomputed them), and materialize (a storage becomes a
+    constant)."""
 
     cdef void c_pin(self, int s) noexcept:
         """Pin s: the policy may not evict it (it may still move) until c_unpin."""
@@ -74,7 +75,8 @@ cdef class _Residency(_Tier):
         cdef vector[int] f_inputs       # the frames' unique inputs, concatenated
         cdef vector[int] touched
         cdef vector[int] first_made     # released, recomputed for the first time: evicted at
-        cdef int top, s, i, dep, k      # the end
+                                        # the end (a storage may appear more than once)
+        cdef int top, s, i, dep, k
         self._push_frame(target, f_storage, f_next, f_start, f_len, f_inputs, touched)
         try:
             while not f_storage.empty():
@@ -125,7 +127,7 @@ cdef class _Residency(_Tier):
                 f_start.pop_back()
                 f_len.pop_back()
             for dep in first_made:
-                if self.remade[dep] == 1 and self.pins[dep] == 0:
+                if self.remade[dep] == 1:       # _evict_eagerly skips the pinned and the gone
                     self._evict_eagerly(dep)
         except BaseException:
             # unpin what the pending frames pinned, without evicting: the traceback may still
