@@ -5,13 +5,17 @@ dtr-ideal (e.g. `coop bench --policies coop,coop-move-if-blocked,dtr,dte,dtr-ide
 
 prints a Markdown table, one row per model: each policy's minimum feasible ratio (the smallest
 that completes) beside dtr-ideal's; the overhead at 0.5 of both and of dtr; dtr's total search
-time over each policy's, median over the ratios where both complete; and at the ratios where
-both policies complete, how many times b's overhead is lower / higher / the same as a's.
+time over each policy's, median over the ratios where both complete; at the ratios where
+both policies complete, how many times b's overhead is lower / higher / the same as a's; and
+for each policy, at how many of the ratios where it, dtr and dte all complete its overhead is
+above min(dtr, dte) + 0.5% (`coop bench`'s claim against the DTR family), of how many.
 """
 import argparse
 import json
 import os
 import statistics
+
+from coop.cli.claims import FAMILY_SLACK
 
 
 def load(folder):
@@ -44,6 +48,21 @@ def search_ratio(rows, model, policy):
     return f"{statistics.median(xs):.2f}" if xs else "-"
 
 
+def family(rows, model, policy):
+    """'above / of': the ratios where policy, dtr and dte all complete, and of those, where
+    policy's overhead is above min(dtr, dte) * (1 + FAMILY_SLACK)."""
+    above = of = 0
+    for x in both_ok(rows, model, policy, "dtr"):
+        e = rows.get((model, "dte", x))
+        if e is None or e["status"] != "ok":
+            continue
+        of += 1
+        best = min(rows[(model, "dtr", x)]["compute_overhead"], e["compute_overhead"])
+        limit = best * (1 + FAMILY_SLACK) * (1 + 1e-12)      # (1e-12: the sums' rounding)
+        above += rows[(model, policy, x)]["compute_overhead"] > limit
+    return f"{above} / {of}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="a coop bench output folder (its runs.json)")
@@ -57,8 +76,9 @@ def main():
     if not models:
         raise SystemExit(f"{args.folder}: no replays of {a} or {b}")
     print(f"| model | {a} min | {b} min | dtr-ideal min | {a} @0.5 | {b} @0.5 | dtr @0.5 | "
-          f"search dtr/{a} | dtr/{b} | overhead lower / higher / same |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"search dtr/{a} | dtr/{b} | overhead lower / higher / same | "
+          f"above the DTR family: {a} | {b} |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for m in models:
         lower = higher = same = 0
         for x in both_ok(rows, m, a, b):
@@ -70,7 +90,7 @@ def main():
               f"{minimum(rows, m, 'dtr-ideal')} | {overhead(rows, m, a, 0.5)} | "
               f"{overhead(rows, m, b, 0.5)} | {overhead(rows, m, 'dtr', 0.5)} | "
               f"{search_ratio(rows, m, a)} | {search_ratio(rows, m, b)} | "
-              f"{lower} / {higher} / {same} |")
+              f"{lower} / {higher} / {same} | {family(rows, m, a)} | {family(rows, m, b)} |")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,21 @@ cdef inline double _stale(double last_access, double now) noexcept:
     return s if s > 1.0 else 1.0
 
 
+cdef inline double _per(double cost, size_t covered, size_t size, double weight) noexcept:
+    """A window's cost as the choice compares it (docs/core.md, "The bytes beyond the
+    request"): its cost over size + weight * (covered - size), the bytes it frees with those
+    beyond the request counted at weight; with weight 0.0, its cost itself (not divided)."""
+    if weight == 0.0:
+        return cost
+    return cost / (<double>size + weight * <double>(covered - size))
+
+
 cdef struct Best:
     # the cheapest window a scan without a planner found
     size_t lo           # its entries are lo..end-1
     size_t end
     double cost         # its cost (running sums)
+    double key          # ... as the choice compares it (_per)
     double sum          # the running sum p_right at it (what bounds the sums' rounding)
     bint found
 
@@ -108,7 +118,7 @@ cdef inline unsigned char _first_kind(unsigned char flags, size_t size, size_t l
 
 cdef inline void scan_windows(size_t total, size_t size, double* value, double* lane,
                               size_t* cover, unsigned char* flags, unsigned char keep,
-                              Visitor out) noexcept:
+                              double weight, Visitor out) noexcept:
     """The two-pointer scan: from each start lo, the smallest window lo..j that covers size (j
     grows until it covers, then lo advances). An entry with no flag of keep is a wall; an entry
     costs value and frees cover bytes. p_right - p_left is the running-sum cost of docs/core.md:
@@ -120,22 +130,20 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
     keeps the window of least bound and the least bounds before and after it; with a Least
     (the quick first pass: flags are the scan's W_* bits, read with the largest free piece),
     the same over every window; with a Best (lane unused), the cheapest window (ties: the
-    first)."""
+    first). weight: each window's cost (and bound) is compared per byte it frees, those
+    beyond the request counted at weight (_per; 0.0: the cost itself)."""
     cdef size_t j, lo = 0, covered = 0
     cdef double cost, lb, p_left = 0.0, p_right = 0.0, q_left = 0.0, q_right = 0.0
     cdef int taken = 0, movers = 0, costly = 0
     cdef unsigned char f
     # the Ranked's fields in locals (a store through its lbs could alias them: the compiler
-    # would reload them after every window's store)
+    # would reload them after every window's store), a Best's too (least: its key)
     cdef double least = INFINITY, before = INFINITY, after = INFINITY
     cdef bint found = False, unsure = False
     cdef double* lbs = NULL
     cdef int bins = 0
     cdef size_t least_lo = 0, least_end = 0
-    if Visitor is BestAt:
-        out.found = False
-        out.cost = INFINITY
-        out.sum = 0.0
+    cdef double best_cost = INFINITY, best_sum = 0.0
     if Visitor is RankedAt:
         lbs = out.lbs
         bins = out.bins
@@ -177,7 +185,8 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
         covered += cover[j]
         while covered >= size:
             if Visitor is MovePlanner:
-                out.visit(lo, p_left, p_right, q_left, q_right, taken, movers, costly == 0)
+                out.visit(lo, p_left, p_right, q_left, q_right, taken, movers, costly == 0,
+                          covered)
                 f = flags[lo]
                 p_left = p_left + value[lo]
                 q_left = q_left + lane[lo]
@@ -186,25 +195,28 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                 costly -= (f & K_COSTLY) != 0
             elif Visitor is BestAt:
                 cost = p_right - p_left
+                lb = _per(cost, covered, size, weight)
                 # the first window counts even when its cost is not a number (costs so large
                 # their sums overflow: inf - inf), as the reference's
-                if cost < out.cost or not out.found:
-                    out.found = True
-                    out.cost = cost
-                    out.lo = lo
-                    out.end = j + 1
-                    out.sum = p_right
+                if lb < least or not found:
+                    found = True
+                    best_cost = cost
+                    least = lb
+                    least_lo = lo
+                    least_end = j + 1
+                    best_sum = p_right
                 p_left = p_left + value[lo]
             else:
                 # the first passes: each window's bound, below the exact sum (MovePlanner.visit)
                 if Visitor is LeastAt:
                     # every window (a window of costless entries: below 0.0 here)
-                    lb = (p_right - p_left) - p_right * 1e-10
+                    lb = _per((p_right - p_left) - p_right * 1e-10, covered, size, weight)
                 else:
                     # exactly 0.0 without a costly entry; a window whose forced movers
                     # outnumber the free pieces outside it has no plan (the full pass drops it
                     # too): it neither is the best nor bounds others
-                    lb = (p_right - p_left) - p_right * 1e-10 if costly else 0.0
+                    lb = _per((p_right - p_left) - p_right * 1e-10, covered, size, weight) \
+                        if costly else 0.0
                     lb = lb if taken <= bins else NAN
                     lbs[lo] = lb
                     # (sums that are not numbers are found where each stretch ends, above)
@@ -226,6 +238,13 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
                 p_left = p_left + value[lo]
             covered -= cover[lo]
             lo += 1
+    if Visitor is BestAt:
+        out.found = found
+        out.cost = best_cost
+        out.key = least
+        out.lo = least_lo
+        out.end = least_end
+        out.sum = best_sum
     if Visitor is LeastAt or Visitor is RankedAt:
         out.unsure = unsure or not (p_right - p_right == 0.0)
         out.found = found
@@ -247,6 +266,7 @@ cdef class Chooser:
         self.storages = storages
         self.ideal = ideal
         self.moves_if_blocked = False
+        self.excess_weight = 0.0
         self.planner = MovePlanner(self)
 
     cdef void choose(self, size_t size, int policy, double now, double rate,
@@ -373,7 +393,7 @@ cdef class Chooser:
         bounds the sums' rounding); False when there is none."""
         cdef Best best
         scan_windows(total, size, self.h.data(), NULL, self.size.data(), self.flags.data(),
-                     W_FREE | W_CANDIDATE, &best)
+                     W_FREE | W_CANDIDATE, self.excess_weight, &best)
         if best.found:
             best_lo[0] = best.lo
             best_end[0] = best.end
@@ -429,7 +449,7 @@ cdef class Chooser:
                 vs[j] = ms[j]
                 cs[j] = 0
         cdef Best best
-        scan_windows(total, size, vs, NULL, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, &best)
+        scan_windows(total, size, vs, NULL, cs, fs, W_FREE | W_CANDIDATE | W_MOVABLE, 0.0, &best)
         if best.found:
             best_lo[0] = best.lo
             best_end[0] = best.end

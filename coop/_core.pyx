@@ -718,6 +718,26 @@ cdef class Arena:
     def moves_if_blocked(self, flag):
         self.chooser.moves_if_blocked = bool(flag)
 
+    @property
+    def excess_weight(self):
+        """0.0 (the default): coop's window (evict-only or moving) is the one of least cost.
+        A weight w in (0, 1]: the one of least cost per byte it frees, those beyond the request
+        counted at w: cost / (request + w * (freed - request)), over the smallest window from
+        each start (docs/core.md, "The bytes beyond the request"). 1.0 compares windows as
+        DTR compares tensors, per byte. The compaction window is not affected."""
+        return self.chooser.excess_weight
+
+    @excess_weight.setter
+    def excess_weight(self, value):
+        cdef double w
+        try:
+            w = float(value)
+        except (TypeError, ValueError):
+            w = NAN
+        if not (0.0 <= w <= 1.0):
+            raise ValueError(f"excess_weight must be a number in [0, 1], got {value!r}")
+        self.chooser.excess_weight = w
+
     def set_movable(self, sid, flag):
         self.c_set_movable(self.storages.slot_of(sid), bool(flag))
 

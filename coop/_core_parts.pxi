@@ -193,6 +193,8 @@ cdef class Chooser:
     cdef Storages storages
     cdef bint ideal                     # an ideal arena: no neighbors in memory (dte)
     cdef bint moves_if_blocked          # coop moves only when no evict-only window exists
+    cdef double excess_weight           # coop's windows compared per byte freed, those beyond
+                                        # the request at this weight (0.0: by cost alone)
     cdef vector[double] h               # fill's scratch, an entry per piece in address order: h
                                         # (MovePlanner: where costs wrote it)
     cdef vector[size_t] size            # ... its size
@@ -260,7 +262,8 @@ cdef class MovePlanner:
     cdef void choose(self, size_t size, double now, double rate, vector[int]& victims,
                      MovePlan* plan) noexcept
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
-                    double q_right, int taken, int movers, bint costless) noexcept
+                    double q_right, int taken, int movers, bint costless,
+                    size_t covered) noexcept
     cdef size_t fill(self, double now, double rate, double price, bint costs, bint kinds) noexcept
     cdef void window_details(self, size_t lo) noexcept
     cdef void details(self, size_t lo, size_t end) noexcept

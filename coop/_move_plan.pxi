@@ -73,7 +73,7 @@ cdef class MovePlanner:
         if quickly:
             # (its kinds from the flags and whether a free piece holds each entry, as it goes)
             quick.largest = self.largest
-            scan_windows(total, size, vs, NULL, ss, fs, K_KEEP, &quick)
+            scan_windows(total, size, vs, NULL, ss, fs, K_KEEP, scan.excess_weight, &quick)
             t2 = _monotonic()
             if quick.found and not quick.unsure:
                 for j in range(quick.lo, quick.end):
@@ -99,7 +99,7 @@ cdef class MovePlanner:
                 self.detailed = False
             first.bins = <int>self.bins.size()
             first.lbs = self.lbs.data()
-            scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, &first)
+            scan_windows(total, size, vs, NULL, ss, ks, K_KEEP, scan.excess_weight, &first)
             t1 = _monotonic() - t1
             scan.phases.scan += t1        # a scan's time, not the plans'
             scan.phases.plan -= t1
@@ -307,16 +307,20 @@ cdef class MovePlanner:
         self.ub = INFINITY
         self.next_lo = 0
         self.least_lo = total
-        scan_windows(total, self.size, vs, qs, self.scan.size.data(), ks, K_KEEP, self)
+        scan_windows(total, self.size, vs, qs, self.scan.size.data(), ks, K_KEEP,
+                     self.scan.excess_weight, self)
         self.best_first(total)
 
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
-                    double q_right, int taken, int movers, bint costless) noexcept:
+                    double q_right, int taken, int movers, bint costless,
+                    size_t covered) noexcept:
         """The smallest window from lo (its movers counted, and taken: its forced movers plus its
-        free entries; costless: no entry's v is above 0.0): its bound, for best_first; NaN (never evaluated)
-        when its forced movers outnumber the free pieces outside it, or when its bound is above
-        the cost of a window seen that moves nothing (ub)."""
+        free entries; costless: no entry's v is above 0.0; covered: its bytes): its bound, for
+        best_first; NaN (never evaluated) when its forced movers outnumber the free pieces
+        outside it, or when its bound is above the cost of a window seen that moves nothing
+        (ub). Bounds and ub as the choice compares costs (_per)."""
         cdef double* lbs = self.lbs.data()
+        cdef double w = self.scan.excess_weight
         cdef double lb
         while self.next_lo < lo:           # starts without a window
             lbs[self.next_lo] = NAN
@@ -334,10 +338,12 @@ cdef class MovePlanner:
                 self.ub = 0.0
         elif movers:
             lb = lb + (q_right - q_left - q_right * 1e-10)
-        elif p_right - p_left + p_right * 1e-10 < self.ub:
-            self.ub = p_right - p_left + p_right * 1e-10     # above this window's plan
+        elif _per(p_right - p_left + p_right * 1e-10, covered, self.size, w) < self.ub:
+            # above this window's plan
+            self.ub = _per(p_right - p_left + p_right * 1e-10, covered, self.size, w)
         if lb != lb:
             lb = -INFINITY         # costs so large their sums overflow: a bound says nothing
+        lb = _per(lb, covered, self.size, w)
         if lb > self.ub or taken > <int>self.bins.size():
             lbs[lo] = NAN
             return
@@ -470,7 +476,7 @@ cdef class MovePlanner:
                 more = more + self.saving[i]
         # below the plan's own sum: its rounding and these sums' (a few ulps each) are far below
         # this margin
-        tight = (base + more) * (1.0 - 1e-10)
+        tight = _per((base + more) * (1.0 - 1e-10), covered, self.size, self.scan.excess_weight)
         return tight if tight > lb else lb
 
     cdef void outside(self, size_t lo, size_t end, size_t most) noexcept:
@@ -505,6 +511,7 @@ cdef class MovePlanner:
         # as many destinations as there are pieces that may move (a plan never uses more)
         self.outside(lo, end, <size_t>movers)
         if self.plan(lo, end, self.rate, self.outb, self.moved, &cost):
+            cost = _per(cost, covered, self.size, self.scan.excess_weight)
             if self.best_end == 0 or cost < self.best_cost or \
                     (cost == self.best_cost and lo < self.best_lo):
                 self.best_cost = cost

@@ -16,6 +16,13 @@ def build(arena, layout):
     return offsets
 
 
+def per_byte(cost, covered, size, weight):
+    """A window's cost as coop's choice compares it (docs/core.md, "The bytes beyond the
+    request"): per byte it frees, those beyond the request counted at weight; with weight 0.0,
+    the cost itself."""
+    return cost if weight == 0.0 else cost / (size + weight * (covered - size))
+
+
 def storages(arena, costs, neighbors=None):
     """Register storages 0..n-1 with the given costs and neighbor lists."""
     for sid, cost in enumerate(costs):

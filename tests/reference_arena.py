@@ -90,6 +90,7 @@ class ReferenceArena:
         self.move_cost_per_byte = math.inf   # move_cost: inf, coop never moves
         self._room_price = 0.0               # room_price: what the last coop choice paid per byte
         self.moves_if_blocked = False  # True: coop moves only when no evict-only window exists
+        self._excess_weight = 0.0      # excess_weight: coop's windows compared per byte freed
         self._moves = 0
         self._bytes_moved = 0
         self._move_cost = 0.0
@@ -294,7 +295,8 @@ class ReferenceArena:
         return 1.0 / nbytes  # size
 
     def _window(self, size, now):
-        """Brute force over all windows i..j, cost P[j+1] - P[i] as docs/core.md defines it."""
+        """Brute force over all windows i..j, cost P[j+1] - P[i] as docs/core.md defines it
+        (with an excess_weight, over the smallest window from each start, per byte freed)."""
         pieces = self._pieces
         h = []  # None for a piece that is neither free nor a candidate
         for p in pieces:
@@ -315,13 +317,16 @@ class ReferenceArena:
                     break
                 covered += pieces[j][SIZE]
                 if covered >= size:
-                    key = (running[j + 1] - running[i], pieces[i][OFFSET], j - i + 1)
+                    cost = running[j + 1] - running[i]
+                    key = (self._per(cost, covered, size), pieces[i][OFFSET], j - i + 1)
                     if best is None or key < best[0]:
-                        best = (key, i, j)
+                        best = (key, i, j, cost)
+                    if self._excess_weight:
+                        break
         if best is None:
             return []
-        key, i, j = best
-        self._plan = (key[0], key[1], key[2], [])
+        key, i, j, cost = best
+        self._plan = (cost, key[1], key[2], [])
         return [p[STORAGE] for p in pieces[i:j + 1] if not p[FREE] and self._candidate(p)]
 
     def _moving_window(self, size, now):
@@ -356,12 +361,14 @@ class ReferenceArena:
                     continue
                 plan = self._window_plan(ways, i, j)
                 if plan is not None:
-                    key = (plan[0], pieces[i][OFFSET], j - i + 1)
+                    key = (self._per(plan[0], covered, size), pieces[i][OFFSET], j - i + 1)
                     if best is None or key < best[0]:
                         best = (key, i, j, plan[1])
+                if self._excess_weight:
+                    break
         if best is None:
             return [], []
-        (cost, start, n), i, j, moved = best
+        (_, start, n), i, j, moved = best
         outside = sorted((p[SIZE], p[OFFSET]) for k, p in enumerate(pieces)
                          if p[FREE] and not i <= k <= j)
         # each free piece outside: [room left, offset (its address), next free byte]
@@ -762,6 +769,26 @@ class ReferenceArena:
         if not 0.0 <= price < math.inf:
             raise ValueError(f"room_price must be a finite number >= 0, got {value!r}")
         self._room_price = price
+
+    @property
+    def excess_weight(self):
+        return self._excess_weight
+
+    @excess_weight.setter
+    def excess_weight(self, value):
+        try:
+            weight = float(value)
+        except (TypeError, ValueError):
+            weight = math.nan
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"excess_weight must be a number in [0, 1], got {value!r}")
+        self._excess_weight = weight
+
+    def _per(self, cost, covered, size):
+        """A window's cost as coop's choice compares it: per byte freed, those beyond the
+        request at excess_weight (0.0: the cost itself)."""
+        w = self._excess_weight
+        return cost if w == 0.0 else cost / (size + w * (covered - size))
 
     def choose_plan(self, nbytes, policy, now):
         size = self._request(nbytes)

@@ -183,6 +183,14 @@ class ArenaComparison(RuleBasedStateMachine):
         assert self.core.moves_if_blocked == self.ref.moves_if_blocked == flag
         event(f"moves_if_blocked {flag}")
 
+    @rule(weight=st.sampled_from([0.0, 0.5, 1.0]))
+    def excess_weight(self, weight):
+        """coop's windows compared per byte freed, those beyond the request at this weight
+        (0.0, the default: by cost alone)."""
+        self.core.excess_weight = self.ref.excess_weight = weight
+        assert self.core.excess_weight == self.ref.excess_weight == weight
+        event(f"excess_weight {weight}")
+
     @rule(data=st.data())
     def choose_plan(self, data):
         args = (self.request(data), "dtr" if self.IDEAL else "coop", self.now(data))

@@ -8,19 +8,21 @@ import pytest
 import coop
 from coop import CHEAP, EXPENSIVE, NO_STORAGE
 from reference_arena import ReferenceArena
-from _arena import build, evictor, storages
+from _arena import build, evictor, per_byte, storages
 
 
 def brute_force_window(arena, nbytes, now, offloads=None):
     """Cheapest window by itertools over all (start, end), each cost an exact math.fsum. A
     piece leaves by its cheaper way, evicted (c') or offloaded, where offloads count: always
     when offloads is True, never when False; None: as the arena says (offload_last: only when
-    no window exists without them)."""
+    no window exists without them). With the arena's excess_weight, over the windows that
+    cover the request and would not without their last piece, per byte freed (_arena.per_byte)."""
     if offloads is None:
         if not arena.offload_last:
             return brute_force_window(arena, nbytes, now, True)
         return brute_force_window(arena, nbytes, now, False) or \
             brute_force_window(arena, nbytes, now, True)
+    weight = arena.excess_weight
     pieces = arena.pieces()
     size = max(-(-nbytes // arena.alignment) * arena.alignment, arena.alignment)
     h = []
@@ -37,16 +39,20 @@ def brute_force_window(arena, nbytes, now, offloads=None):
     best, victims = None, []
     for i, j in itertools.combinations_with_replacement(range(len(pieces)), 2):
         window = range(i, j + 1)
-        if any(h[k] is None for k in window) or sum(pieces[k][1] for k in window) < size:
+        covered = sum(pieces[k][1] for k in window)
+        if any(h[k] is None for k in window) or covered < size:
             continue
-        key = (math.fsum(h[k] for k in window), pieces[i][0], j - i + 1)
+        if weight and covered - pieces[j][1] >= size:
+            continue                    # not the smallest window from i
+        key = (per_byte(math.fsum(h[k] for k in window), covered, size, weight), pieces[i][0],
+               j - i + 1)
         if best is None or key < best:
             best = key
             victims = [pieces[k][3] for k in window if not pieces[k][2]]
     return victims
 
 
-def random_layout(seed, offload=False):
+def random_layout(seed, offload=False, weight=0.0):
     """The same random arena in core and reference; costs and staleness keep every h dyadic.
     offload: a third of the storages (unevictable ones too) may also leave by an offload,
     counted only when nothing else fits ("last") or always ("priced")."""
@@ -55,6 +61,7 @@ def random_layout(seed, offload=False):
     now = 100
     arenas = [coop.Arena(64 * k), ReferenceArena(64 * k)]
     for arena in arenas:
+        arena.excess_weight = weight
         r = random.Random(seed)
         r.randint(4, 40)
         o = random.Random(seed + 1000)
@@ -81,10 +88,12 @@ def random_layout(seed, offload=False):
     return arenas, now, rng
 
 
+@pytest.mark.parametrize("weight", [0.0, 0.5, 1.0])
 @pytest.mark.parametrize("offload", [False, "last", "priced"])
 @pytest.mark.parametrize("seed", range(60))
-def test_coop_window_is_the_brute_force_minimum(seed, offload):
-    (core, reference), now, rng = random_layout(seed, offload)
+def test_coop_window_is_the_brute_force_minimum(seed, offload, weight):
+    (core, reference), now, rng = random_layout(seed, offload, weight)
+    assert core.excess_weight == reference.excess_weight == weight
     assert core.pieces() == reference.pieces()
     for _ in range(5):
         nbytes = rng.randint(0, core.capacity)
@@ -132,6 +141,32 @@ def test_coop_window_ties_go_to_the_lowest_address(Arena):
     arena.touch(0, -1)  # staleness 2 -> h = 1: {0,1} now costs 4
     arena.touch(4, -4)  # staleness 4 -> h = 0.5: {3,4} costs 3.5
     assert arena.choose_victims(128, "coop", 0) == [3, 4]
+
+
+def test_an_excess_weight_compares_windows_per_byte_freed(Arena):
+    """excess_weight w: a window's cost over request + w * (the bytes it frees beyond it);
+    ties still go to the lowest address; the plan's cost stays its cost; a bad weight is an
+    error that changes nothing."""
+    arena = Arena(512)
+    storages(arena, [2, 3])
+    build(arena, [(64, 0), (64, None), (128, 1), (256, None)])
+    # a 64-byte request: {0} costs 2 and frees 64 bytes, {1} costs 3 and frees 128
+    assert arena.excess_weight == 0.0
+    assert arena.choose_victims(64, "coop", 0) == [0]          # the least cost
+    arena.excess_weight = 1.0
+    assert arena.choose_victims(64, "coop", 0) == [1]          # 3 / 128 < 2 / 64
+    assert arena.choose_plan(64, "coop", 0)["cost"] == 3.0
+    arena.excess_weight = 0.5
+    assert arena.choose_victims(64, "coop", 0) == [0]          # 3 / 96 == 2 / 64: a tie
+    arena.excess_weight = 0.75
+    assert arena.choose_victims(64, "coop", 0) == [1]          # 3 / 112 < 2 / 64
+    for bad in (-0.5, 1.5, float("nan"), float("inf"), "half", None):
+        with pytest.raises(ValueError, match=r"excess_weight must be a number in \[0, 1\]"):
+            arena.excess_weight = bad
+    assert arena.excess_weight == 0.75
+    assert arena.allocate_or_evict(64, EXPENSIVE, "coop", 0, evictor(arena)) == 128
+    assert [arena.storage_info(s)["resident"] for s in (0, 1)] == [True, False]
+    arena.check()
 
 
 def test_coop_window_ties_go_to_the_lowest_start_then_the_fewest_pieces(Arena):

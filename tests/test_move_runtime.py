@@ -35,13 +35,15 @@ def wall_layout(policy):
     return e, arena, c
 
 
-@pytest.mark.parametrize("policy", ["coop", "coop-move-if-blocked"])
+@pytest.mark.parametrize("policy", ["coop", "coop-move-if-blocked", "coop-per-byte"])
 def test_the_engine_moves_a_wall_repoints_it_and_charges_the_copy(policy):
-    """No evict-only window covers 2 KiB (the constant is a wall): both moving policies move
-    it; coop-move-if-blocked's arena has the rule on, coop's off; the move's cost per byte of
+    """No evict-only window covers 2 KiB (the constant is a wall): the moving policies move
+    it; coop-move-if-blocked's arena has the rule on, coop's off, coop-per-byte's compares
+    windows per byte freed; the move's cost per byte of
     the request prices the room from then on."""
     e, arena, c = wall_layout(policy)
     assert arena.moves_if_blocked == (policy == "coop-move-if-blocked")
+    assert arena.excess_weight == (1.0 if policy == "coop-per-byte" else 0.0)
     assert arena.room_price == 0.0
     b = call(e, [], 2 * KIB)
     assert e.info(c)["offset"] == 2 * KIB and e.info(b)["offset"] == 0

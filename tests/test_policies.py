@@ -21,6 +21,7 @@ EXPECTED = {
     "dtr-ideal": ("dtr", False, False, True, False),
     "coop-no-move": ("coop", True, True, False, False),
     "coop-move-if-blocked": ("coop", True, True, False, True),
+    "coop-per-byte": ("coop", True, True, False, True),
     "coop-offload": ("coop", True, True, False, True),
     "capuchin": ("dtr", False, False, False, False),
 }
@@ -36,6 +37,7 @@ def test_the_table():
         assert p.offload == (name in ("coop-offload", "capuchin"))
         assert p.offload_last == (name != "capuchin")
         assert p.moves_if_blocked == (name == "coop-move-if-blocked")
+        assert p.excess_weight == (1.0 if name == "coop-per-byte" else 0.0)
         assert p.core_code == CORE_POLICIES.index(core)
 
 

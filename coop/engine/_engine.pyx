@@ -171,6 +171,7 @@ cdef class Engine(_InPlace):
             self.move_rate = self.copy_cost
         arena.move_cost = self.move_rate
         arena.moves_if_blocked = record.moves_if_blocked
+        arena.excess_weight = record.excess_weight
         self._tier(record, host_budget, link, lookahead)
         arena.attach(self)
         executor.engine = self

@@ -33,6 +33,8 @@ class Policy:
     moves_if_blocked: with move, pieces move only when evictions alone cannot make room (no
     window of free pieces and candidates covers the request); off: every choice weighs each
     piece's move against its eviction (docs/core.md, "Moving");
+    excess_weight: core ``coop`` compares windows per byte they free, the bytes beyond the
+    request counted at this weight (0.0: by cost alone; ``Arena.excess_weight``);
     core_code: the core policy's integer code (``PolicyCode`` in ``coop/_core.pxd``: the index
     of ``core`` in ``coop._core.POLICIES``), for Cython owners.
     """
@@ -46,6 +48,7 @@ class Policy:
     offload: bool = False
     offload_last: bool = True
     moves_if_blocked: bool = False
+    excess_weight: float = 0.0
     core_code: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -75,6 +78,9 @@ POLICIES = {p.name: p for p in (
     Policy("coop-no-move", "coop", partition=True, inplace=True),
     Policy("coop-move-if-blocked", "coop", partition=True, inplace=True, move=True,
            moves_if_blocked=True),
+    # coop comparing its windows per byte they free, as DTR compares tensors (an ablation:
+    # the bytes a window frees beyond the request are worth as much as the request's)
+    Policy("coop-per-byte", "coop", partition=True, inplace=True, move=True, excess_weight=1.0),
     # coop with the host tier: a piece leaves its window by eviction, a move or an offload,
     # whichever costs least (opt-in: the tier needs host memory and a link to it)
     Policy("coop-offload", "coop", partition=True, inplace=True, move=True, offload=True),
