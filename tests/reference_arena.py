@@ -37,6 +37,14 @@ def _nonnegative(value, what):
     return n
 
 
+def _as_float(value):
+    """float(value), or NaN where it is not a number (every range check then refuses it)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _cost(value):
     cost = float(value)
     if not math.isfinite(cost) or cost < 0.0:
@@ -762,10 +770,7 @@ class ReferenceArena:
 
     @room_price.setter
     def room_price(self, value):
-        try:
-            price = float(value)
-        except (TypeError, ValueError):
-            price = math.nan
+        price = _as_float(value)
         if not 0.0 <= price < math.inf:
             raise ValueError(f"room_price must be a finite number >= 0, got {value!r}")
         self._room_price = price
@@ -776,10 +781,7 @@ class ReferenceArena:
 
     @excess_weight.setter
     def excess_weight(self, value):
-        try:
-            weight = float(value)
-        except (TypeError, ValueError):
-            weight = math.nan
+        weight = _as_float(value)
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"excess_weight must be a number in [0, 1], got {value!r}")
         self._excess_weight = weight
