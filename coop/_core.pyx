@@ -181,8 +181,8 @@ cdef object _oom(Arena a, size_t size, policy):
     largest = a.largest_free()
     # what blocks: pinned pieces (held by the running kernel, or pinned by the caller) and
     # unpinned walls (unevictable and unmovable), and the largest range free of both
-    cdef size_t pinned = 0, walls = 0, kept = 0, run = 0, window = 0
-    cdef int n_pinned = 0, n_walls = 0, n_kept = 0
+    cdef size_t pinned = 0, walls = 0, kept = 0, evictable = 0, run = 0, window = 0
+    cdef int n_pinned = 0, n_walls = 0, n_kept = 0, n_evictable = 0
     cdef int idx = a.table.first
     cdef Piece* p
     cdef Storage* st
@@ -206,6 +206,9 @@ cdef object _oom(Arena a, size_t size, policy):
             if not st.evictable:     # a constant: it can only move (or leave for the host)
                 kept += p.size
                 n_kept += 1
+            else:                    # a candidate no window of the policy's could use
+                evictable += p.size
+                n_evictable += 1
         elif not p.free:
             pinned += p.size     # anonymous: a caller's allocation
             n_pinned += 1
@@ -215,14 +218,24 @@ cdef object _oom(Arena a, size_t size, policy):
         run += p.size
         window = run if run > window else window
         idx = p.next
+    # with candidates left, coop's window found none that covers the request: each window
+    # holds a wall, or more constants than there are free pieces outside it to move them to
+    if n_evictable == 0:
+        blocked = "nothing left to evict"
+    elif policy == "none":
+        blocked = (f"the policy evicts nothing, though {n_evictable} evictable pieces "
+                   f"({evictable} bytes) are left")
+    else:
+        blocked = (f"no window of evictions and moves covers it, though {n_evictable} "
+                   f"evictable pieces ({evictable} bytes) are left between what cannot leave")
     return OutOfMemoryError(
         f"coop: cannot allocate {size} bytes under policy {policy!r}: budget {a.capacity} "
-        f"bytes, {free_bytes} bytes free, largest free range {largest} bytes, and nothing "
-        f"left to evict (pinned or anonymous: {n_pinned} pieces, {pinned} bytes; "
+        f"bytes, {free_bytes} bytes free, largest free range {largest} bytes, and {blocked} "
+        f"(pinned or anonymous: {n_pinned} pieces, {pinned} bytes; "
         f"unevictable: {n_walls} pieces, {walls} bytes; the largest range free of them: "
-        f"{window} bytes; constants, which can only move: {n_kept} pieces, {kept} bytes); "
-        f"raise the budget, or free or unpin tensors",
-        size, a.capacity, free_bytes, largest, pinned, walls, window)
+        f"{window} bytes; constants, which can only move, each to a free piece of its own: "
+        f"{n_kept} pieces, {kept} bytes); raise the budget, or free or unpin tensors",
+        size, a.capacity, free_bytes, largest, pinned, walls, window, kept, evictable)
 
 
 @cython.no_gc_clear

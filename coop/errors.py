@@ -9,17 +9,21 @@ class CoopError(Exception):
 
 
 class OutOfMemoryError(CoopError, MemoryError):
-    """No placement and nothing left to evict: the request cannot be served within the budget.
+    """No placement and no choice that makes room (nothing left to evict, or nothing the
+    policy's choice could use): the request cannot be served within the budget.
 
     Figures (bytes): ``request``, ``budget``, ``free`` and ``largest_free`` (the largest free
     range); from the arena's window search, when it raised: ``pinned_bytes`` (held by the running
-    kernel, pinned, or anonymous), ``wall_bytes`` (neither evictable nor movable) and
+    kernel, pinned, or anonymous), ``wall_bytes`` (neither evictable nor movable),
     ``largest_window`` (the largest range free of both: what evicting and moving everything else
-    could have freed); None where the search did not run.
+    could have freed), ``constant_bytes`` (unevictable but movable: each may move only to a free
+    piece of its own) and ``evictable_bytes`` (candidates no choice of the policy's could use);
+    None where the search did not run.
     """
 
     def __init__(self, message, request=0, budget=0, free=0, largest_free=0,
-                 pinned_bytes=None, wall_bytes=None, largest_window=None):
+                 pinned_bytes=None, wall_bytes=None, largest_window=None, constant_bytes=None,
+                 evictable_bytes=None):
         super().__init__(message)
         self.request = request
         self.budget = budget
@@ -28,11 +32,13 @@ class OutOfMemoryError(CoopError, MemoryError):
         self.pinned_bytes = pinned_bytes
         self.wall_bytes = wall_bytes
         self.largest_window = largest_window
+        self.constant_bytes = constant_bytes
+        self.evictable_bytes = evictable_bytes
 
     def figures(self):
         """The constructor's arguments after the message, in order (to rebuild or pickle it)."""
         return (self.request, self.budget, self.free, self.largest_free, self.pinned_bytes,
-                self.wall_bytes, self.largest_window)
+                self.wall_bytes, self.largest_window, self.constant_bytes, self.evictable_bytes)
 
     def __reduce__(self):
         return (type(self), (str(self),) + self.figures())

@@ -1,9 +1,11 @@
 """Counters, out-of-memory errors, evict callbacks and refused calls leave the arena intact."""
 import math
+import pickle
 import re
 
 import pytest
 
+import coop
 from coop import CHEAP, EXPENSIVE, NO_STORAGE, OutOfMemoryError
 from coop.errors import InternalError
 from reference_arena import ReferenceArena
@@ -65,6 +67,34 @@ def test_out_of_memory_after_evicting_everything(Arena):
     assert (stats["searches"], stats["evictions"], stats["bytes_evicted"]) == (3, 2, 128)
     assert stats["fragmentation_rate"] == pytest.approx((0 + 64 + 128) / 3 / 256)
     assert (stats["failed_allocations"], stats["largest_free_ratio"]) == (1, 0.5)
+    arena.check()
+
+
+def test_out_of_memory_names_the_candidates_no_window_could_use():
+    """coop.Arena's message: with candidates left that no window of coop's covers the request
+    with, it says so and counts them; once nothing is left to evict, it says that."""
+    arena = coop.Arena(256)
+    storages(arena, [1, 1])
+    build(arena, [(64, 0), (64, None), (64, 1), (64, None)])
+    # 0 and 1 are candidates, each between anonymous pieces: no window covers 128 bytes
+    with pytest.raises(OutOfMemoryError) as info:
+        arena.allocate_or_evict(128, EXPENSIVE, "coop", 0, evictor(arena))
+    message = str(info.value)
+    assert ("and no window of evictions and moves covers it, though 2 evictable pieces (128 "
+            "bytes) are left between what cannot leave (pinned or anonymous: 2 pieces, 128 "
+            "bytes;") in message
+    assert "nothing left to evict" not in message
+    err = info.value
+    assert err.figures() == (128, 256, 0, 0, 128, 0, 64, 0, 128)   # request ... evictable_bytes
+    copy = pickle.loads(pickle.dumps(err))
+    assert str(copy) == message and copy.figures() == err.figures()
+    assert arena.stats()["evictions"] == 0
+    assert [arena.storage_info(s)["resident"] for s in (0, 1)] == [True, True]
+    # dtr evicts both, one at a time, and then has nothing left
+    with pytest.raises(OutOfMemoryError, match="and nothing left to evict [(]pinned or "
+                                               "anonymous: 2 pieces, 128 bytes;"):
+        arena.allocate_or_evict(128, EXPENSIVE, "dtr", 0, evictor(arena))
+    assert arena.stats()["evictions"] == 2
     arena.check()
 
 

@@ -211,8 +211,8 @@ def test_out_of_memory_is_both_errors_with_coops_message():
                         "1024 bytes free, largest free range 1024 bytes, and nothing left to "
                         "evict (pinned or anonymous: 1 pieces, 3072 bytes; unevictable: 0 "
                         "pieces, 0 bytes; the largest range free of them: 1024 bytes; "
-                        "constants, which can only move: 0 pieces, 0 bytes); raise the budget, "
-                        "or free or unpin tensors")
+                        "constants, which can only move, each to a free piece of its own: 0 "
+                        "pieces, 0 bytes); raise the budget, or free or unpin tensors")
     assert (err.request, err.budget, err.free, err.largest_free) == (2048, 4096, 1024, 1024)
     copy = pickle.loads(pickle.dumps(err))
     assert type(copy) is type(err) and str(copy) == str(err) and copy.free == 1024
@@ -248,7 +248,8 @@ def test_eviction_through_the_pools_callback():
         pinned = cupy.empty(1024, dtype=cupy.uint8)
         pool.arena.add_storage(7, cost=1.0)
         pool.arena.bind(pool.offset_of(held[7]), 7)
-        with pytest.raises(coop.OutOfMemoryError, match="nothing left to evict"):
+        with pytest.raises(coop.OutOfMemoryError, match="the policy evicts nothing, though 1 "
+                                                   "evictable pieces [(]2048 bytes[)] are left"):
             cupy.empty(1500, dtype=cupy.uint8)  # no owner yet: 7 stays
         assert calls == [] and pool.arena.storage_info(7)["resident"]
         pool.arena.attach(CallbackOwner(evict, "lru"))

@@ -380,7 +380,8 @@ def test_no_owner_means_nothing_is_evicted():
     backend.arena.attach(owner)
     backend.arena.detach(owner)                        # detached: no owner evicts
     assert backend.arena.owner is None
-    with pytest.raises(OutOfMemoryError, match="nothing left to evict"):
+    with pytest.raises(OutOfMemoryError, match="policy 'none'.*the policy evicts nothing, "
+                                               "though 1 evictable pieces [(]800000 bytes[)]"):
         with backend:
             keep = np.ones(100000)
             backend.arena.add_storage(1)

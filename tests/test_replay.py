@@ -629,6 +629,23 @@ def test_coop_replay_reads_every_form_of_a_share_alike(resnet_trace, capsys, bud
         (0.5, expected["budget_bytes"], expected["evictions"])
 
 
+def test_a_failed_replay_keeps_what_blocked_its_search(resnet_trace):
+    """The error's figures: with dtr (no moves) the constants are walls, and nothing evictable
+    is left; each figure is a byte count within the budget; a completed run has none."""
+    for policy in ("dtr", "coop"):
+        failed = R.replay(resnet_trace, ratio=0.15, policy=policy)
+        assert failed["status"] == "oom"
+        parts = [failed[k] for k in ("failed_pinned", "failed_walls", "failed_constants",
+                                     "failed_evictable", "failed_window")]
+        assert all(isinstance(x, int) and 0 <= x <= failed["budget_bytes"] for x in parts)
+        if policy == "dtr":
+            assert failed["failed_constants"] == failed["failed_evictable"] == 0
+            assert failed["failed_walls"] > 0
+    ok = R.replay(resnet_trace, ratio=1.0)
+    assert [ok[k] for k in ("failed_pinned", "failed_walls", "failed_window",
+                            "failed_constants", "failed_evictable")] == [None] * 5
+
+
 def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):
     """A run that ran out of memory shows no overhead (a partial run's), a line naming the
     record, the request and the largest free range, and the exit status 3; the JSON keeps the
@@ -643,7 +660,10 @@ def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):
     assert overhead.split()[-1] == "-"
     assert (f"dtr: oom at record {failed['failed_record']:,} of " in out
             and f"a request of {failed['failed_request']:,} bytes" in out
-            and f"largest free range {failed['failed_largest_free']:,} bytes" in out)
+            and f"largest free range {failed['failed_largest_free']:,} bytes" in out
+            and f"{failed['failed_pinned']:,} bytes pinned or anonymous, "
+                f"{failed['failed_walls']:,} unevictable and unmovable, the largest range "
+                f"free of both {failed['failed_window']:,} bytes" in out)
     assert main(["replay", str(resnet_trace), "--budget", "0.15", "--policy", "dtr",
                  "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["failed_record"] == failed["failed_record"]

@@ -234,8 +234,8 @@ def test_out_of_memory_names_the_constants_that_can_only_move(make_rt):
         "coop: cannot allocate 2048 bytes under policy 'coop': budget 4096 bytes, 1024 bytes "
         "free, largest free range 960 bytes, and nothing left to evict (pinned or anonymous: 2 "
         "pieces, 2048 bytes; unevictable: 0 pieces, 0 bytes; the largest range free of them: "
-        "1024 bytes; constants, which can only move: 1 pieces, 1024 bytes); raise the budget, "
-        "or free or unpin tensors")
+        "1024 bytes; constants, which can only move, each to a free piece of its own: 1 pieces, "
+        "1024 bytes); raise the budget, or free or unpin tensors")
     rt.arena.check()
 
 

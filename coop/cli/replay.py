@@ -243,8 +243,15 @@ def failure(result, n_records):
     where = f"{result['policy']}: {result['status']} at record {result['failed_record']:,} of " \
             f"{n_records:,}"
     if result["status"] == "oom":
-        return (f"{where}: a request of {result['failed_request']:,} bytes found no room within "
+        line = (f"{where}: a request of {result['failed_request']:,} bytes found no room within "
                 f"the budget of {result['budget_bytes']:,} (largest free range "
-                f"{result['failed_largest_free']:,} bytes, nothing left to evict)")
+                f"{result['failed_largest_free']:,} bytes; no choice made room")
+        if result.get("failed_pinned") is None:
+            return line + ")"
+        return (line + f": {result['failed_pinned']:,} bytes pinned or anonymous, "
+                f"{result['failed_walls']:,} unevictable and unmovable, the largest range free "
+                f"of both {result['failed_window']:,} bytes, {result['failed_constants']:,} "
+                f"bytes of constants, which can only move, {result['failed_evictable']:,} "
+                f"evictable bytes left)")
     return (f"{where}: the compute overhead passed --thrash "
             f"({result['compute_overhead']:.3f} when it stopped)")

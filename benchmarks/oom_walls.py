@@ -1,0 +1,67 @@
+"""What stopped a policy's failed replays in a `coop bench` sweep: the budget, or addresses.
+
+    python -m coop bench --out bench-out
+    python benchmarks/oom_walls.py bench-out [--policy coop]
+
+Every replay that ran out of memory keeps what blocked its last search (coop.OutOfMemoryError's
+figures, in runs.json: failed_pinned, failed_walls, failed_window, failed_constants,
+failed_evictable). Per model, of the policy's replays that ran out of memory: how many had the
+bytes (what was pinned or anonymous, the walls, the constants and the request together within
+the budget), how many had a range free of pinned pieces and walls at least as large as the
+request, and how many still had evictable pieces that no choice of the policy's could use;
+then the same over all models. Where the bytes fit and a range holds the request, the
+addresses stopped the run, not the budget.
+"""
+import argparse
+import json
+import os
+
+
+def load(folder, policy):
+    """The policy's out-of-memory rows of folder/runs.json that carry the search's figures."""
+    with open(os.path.join(folder, "runs.json")) as f:
+        rows = json.load(f)
+    return [r for r in rows if r["policy"] == policy and r["status"] == "oom"
+            and r.get("failed_pinned") is not None]
+
+
+def counts(rows):
+    """(failed, bytes fit, a range holds the request, evictable pieces left)."""
+    fit = sum(r["failed_pinned"] + r["failed_walls"] + r["failed_constants"]
+              + r["failed_request"] <= r["budget_bytes"] for r in rows)
+    held = sum(r["failed_window"] >= r["failed_request"] for r in rows)
+    left = sum(r["failed_evictable"] > 0 for r in rows)
+    return len(rows), fit, held, left
+
+
+def table(rows):
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    out = ["| model | out of memory | the bytes fit | a range free of pinned pieces and walls "
+           "holds the request | both | evictable pieces left |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for m in models + ["all"]:
+        mine = rows if m == "all" else [r for r in rows if r["model"] == m]
+        n, fit, held, left = counts(mine)
+        both = sum(r["failed_pinned"] + r["failed_walls"] + r["failed_constants"]
+                   + r["failed_request"] <= r["budget_bytes"]
+                   and r["failed_window"] >= r["failed_request"] for r in mine)
+        out.append(f"| {m} | {n} | {fit} | {held} | {both} | {left} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", help="a coop bench output folder (its runs.json)")
+    p.add_argument("--policy", default="coop", help="the policy (default coop)")
+    args = p.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.folder, "runs.json")):
+        p.error(f"{args.folder}: no runs.json (a `coop bench --out` folder)")
+    rows = load(args.folder, args.policy)
+    if not rows:
+        raise SystemExit(f"{args.folder}: no replay of {args.policy} ran out of memory "
+                         "(or the sweep predates the search's figures in runs.json)")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""benchmarks/oom_walls.py: what stopped a sweep's failed replays (rows made up here, so each
+count is known; tests/test_replay.py checks the replay's figures it reads)."""
+import json
+
+import pytest
+from _scripts import load_benchmark
+
+
+oom_walls = load_benchmark("oom_walls")
+
+
+def row(model, policy, request, budget, pinned, walls, window, constants, evictable,
+        status="oom"):
+    return {"model": model, "policy": policy, "status": status, "budget_bytes": budget,
+            "failed_request": request, "failed_pinned": pinned, "failed_walls": walls,
+            "failed_window": window, "failed_constants": constants,
+            "failed_evictable": evictable}
+
+
+def test_the_counts_of_made_up_failures(tmp_path, capsys):
+    rows = [
+        # the bytes fit (30 + 10 + 20 + 30 <= 100) and a 40-byte range holds the 30-byte request
+        row("a", "coop", 30, 100, 30, 10, 40, 20, 5),
+        # the bytes do not fit (60 + 0 + 20 + 30 > 100); the range holds it; nothing evictable
+        row("a", "coop", 30, 100, 60, 0, 35, 20, 0),
+        # the bytes fit, no range holds it
+        row("b", "coop", 30, 100, 10, 0, 20, 10, 1),
+        # not counted: another policy, a run that completed, a sweep without the figures
+        row("b", "dtr", 30, 100, 10, 0, 20, 10, 1),
+        row("b", "coop", 30, 100, 10, 0, 20, 10, 1, status="ok"),
+        {**row("b", "coop", 30, 100, 10, 0, 20, 10, 1), "failed_pinned": None},
+    ]
+    (tmp_path / "runs.json").write_text(json.dumps(rows))
+    oom_walls.main([str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:] == ["| a | 2 | 1 | 2 | 1 | 1 |", "| b | 1 | 1 | 0 | 0 | 1 |",
+                         "| all | 3 | 2 | 2 | 1 | 2 |"]
+
+
+def test_a_folder_without_failures_or_runs_is_an_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        oom_walls.main([str(tmp_path)])
+    assert "no runs.json" in capsys.readouterr().err
+    (tmp_path / "runs.json").write_text(json.dumps([row("a", "coop", 1, 2, 0, 0, 2, 0, 0, "ok")]))
+    with pytest.raises(SystemExit, match="no replay of coop ran out of memory"):
+        oom_walls.main([str(tmp_path)])
+
