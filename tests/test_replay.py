@@ -629,6 +629,25 @@ def test_coop_replay_reads_every_form_of_a_share_alike(resnet_trace, capsys, bud
         (0.5, expected["budget_bytes"], expected["evictions"])
 
 
+@pytest.mark.parametrize("pinned, verdict", [(60, "the bytes fit: the addresses stopped it"),
+                                              (61, "the bytes do not fit")])
+def test_the_failure_line_says_whether_the_bytes_fit(pinned, verdict):
+    """What cannot leave (pinned 60 or 61, walls 10, constants 20) plus the 10-byte request,
+    against a budget of 100."""
+    from coop.cli.replay import failure
+    result = {"policy": "coop", "status": "oom", "failed_record": 7, "failed_request": 10,
+              "budget_bytes": 100, "failed_largest_free": 5, "failed_pinned": pinned,
+              "failed_walls": 10, "failed_window": 15, "failed_constants": 20,
+              "failed_evictable": 3}
+    assert failure(result, 9) == (
+        f"coop: oom at record 7 of 9: a request of 10 bytes found no room within the budget of "
+        f"100 (largest free range 5 bytes; no choice made room: {pinned} bytes pinned or "
+        f"anonymous, 10 unevictable and unmovable, the largest range free of both 15 bytes, 20 "
+        f"bytes of constants, which can only move, 3 evictable bytes left; {verdict})")
+    result["failed_pinned"] = None          # a failure without the search's figures
+    assert failure(result, 9).endswith("(largest free range 5 bytes; no choice made room)")
+
+
 def test_a_failed_replay_keeps_what_blocked_its_search(resnet_trace):
     """The error's figures: with dtr (no moves) the constants are walls, and nothing evictable
     is left; each figure is a byte count within the budget; a completed run has none."""
@@ -664,6 +683,10 @@ def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):
             and f"{failed['failed_pinned']:,} bytes pinned or anonymous, "
                 f"{failed['failed_walls']:,} unevictable and unmovable, the largest range "
                 f"free of both {failed['failed_window']:,} bytes" in out)
+    held = failed["failed_pinned"] + failed["failed_walls"] + failed["failed_constants"]
+    fits = held + failed["failed_request"] <= failed["budget_bytes"]
+    assert ("; the bytes fit: the addresses stopped it)" if fits
+            else "; the bytes do not fit)") in out
     assert main(["replay", str(resnet_trace), "--budget", "0.15", "--policy", "dtr",
                  "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["failed_record"] == failed["failed_record"]

@@ -9,8 +9,9 @@ policy (coop-offload) also counts the host tier: offloads, copies back (on deman
 prefetched), bytes each way, the copy time exposed and hidden, and the tier's peak; below the
 trace's recompute-only lower bound its tier opens at the start, for constants with a cached host
 copy (a training loop's later steps), unless --first-step replays a live run's first step.
-Exit status: 0 when every policy completed, 3 when one ran out of memory or thrashed (the table
-says where), 2 for a bad argument, 1 for a trace that cannot be read.
+Exit status: 0 when every policy completed, 3 when one ran out of memory or thrashed (a line
+below the table says where; for memory, what blocked its last search and whether the bytes
+would have fit the budget), 2 for a bad argument, 1 for a trace that cannot be read.
 Example: coop replay run.jsonl --budget 0.5 --policy coop,dtr,dtr-ideal
 """
 import argparse
@@ -248,10 +249,16 @@ def failure(result, n_records):
                 f"{result['failed_largest_free']:,} bytes; no choice made room")
         if result.get("failed_pinned") is None:
             return line + ")"
+        # what cannot leave plus the request, against the budget: within it, the addresses
+        # stopped the run (no range could be cleared), not the budget
+        held = result["failed_pinned"] + result["failed_walls"] + result["failed_constants"]
+        verdict = ("the bytes fit: the addresses stopped it"
+                   if held + result["failed_request"] <= result["budget_bytes"]
+                   else "the bytes do not fit")
         return (line + f": {result['failed_pinned']:,} bytes pinned or anonymous, "
                 f"{result['failed_walls']:,} unevictable and unmovable, the largest range free "
                 f"of both {result['failed_window']:,} bytes, {result['failed_constants']:,} "
                 f"bytes of constants, which can only move, {result['failed_evictable']:,} "
-                f"evictable bytes left)")
+                f"evictable bytes left; {verdict})")
     return (f"{where}: the compute overhead passed --thrash "
             f"({result['compute_overhead']:.3f} when it stopped)")
