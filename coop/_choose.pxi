@@ -24,7 +24,6 @@ cdef struct Best:
     size_t lo           # its entries are lo..end-1
     size_t end
     double cost         # its cost (running sums)
-    double key          # ... as the choice compares it (_per)
     double sum          # the running sum p_right at it (what bounds the sums' rounding)
     bint found
 
@@ -241,7 +240,6 @@ cdef inline void scan_windows(size_t total, size_t size, double* value, double* 
     if Visitor is BestAt:
         out.found = found
         out.cost = best_cost
-        out.key = least
         out.lo = least_lo
         out.end = least_end
         out.sum = best_sum
