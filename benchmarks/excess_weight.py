@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from coop.cli.bench import sweep, sweep_ratios  # noqa: E402
-from coop.cli.claims import FAMILY_SLACK  # noqa: E402
+from coop.cli.claims import family_limit  # noqa: E402
 from coop.engine.policies import POLICIES  # noqa: E402
 from coop.trace import replay as R  # noqa: E402
 
@@ -97,7 +97,8 @@ def minimum(by_ratio):
 
 def summarize(runs, policy):
     """(above, of, at_most, models, minima): the ratios where policy, dtr and dte all complete
-    (of) and where policy's overhead is above min(dtr, dte) * (1 + FAMILY_SLACK) (above); the
+    (of) and where policy's overhead is above the DTR-family claim's limit (claims.family_limit:
+    min(dtr, dte) + 0.5%) (above); the
     models where policy's minimum is at most dtr's and dte's (at_most, of models: a policy
     that never completes has no minimum, and one that does is below it); each model's
     minimum."""
@@ -110,8 +111,7 @@ def summarize(runs, policy):
             if status != "ok" or any(f is None or f[0] != "ok" for f in family):
                 continue
             of += 1
-            best = min(f[1] for f in family)
-            above += overhead > best * (1 + FAMILY_SLACK) * (1 + 1e-12)   # (the sums' rounding)
+            above += overhead > family_limit(family[0][1], family[1][1])
         minima[model] = minimum(mine)
         others = [minimum(runs[model][p]) for p in FAMILY]
         at_most += minima[model] is not None and all(o is None or minima[model] <= o + 1e-9
@@ -138,17 +138,14 @@ def table(runs, weights):
 
 def plot(runs, weights, png):
     models = sorted(runs)
+    summaries = [summarize(runs, policy_name(w)) for w in weights]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    share = []
-    for w in weights:
-        above, of, *_ = summarize(runs, policy_name(w))
-        share.append(above / of if of else 0.0)
-    left.plot(weights, share, "o-")
+    left.plot(weights, [above / of if of else 0.0 for above, of, *_ in summaries], "o-")
     left.set_xlabel("excess_weight")
     left.set_ylabel("share of ratios above min(dtr, dte) + 0.5%")
     left.set_title("overhead against the DTR family")
     for m in models:
-        ys = [summarize(runs, policy_name(w))[4][m] for w in weights]
+        ys = [minima[m] for *_, minima in summaries]
         right.plot(weights, [y if y is not None else float("nan") for y in ys], "o-", label=m)
     right.set_xlabel("excess_weight")
     right.set_ylabel("minimum feasible ratio")

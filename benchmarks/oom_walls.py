@@ -5,7 +5,7 @@
 
 Every replay that ran out of memory keeps what blocked its last search (coop.OutOfMemoryError's
 figures, in runs.json: failed_pinned, failed_walls, failed_window, failed_constants,
-failed_evictable). Per model, of the policy's replays that ran out of memory: how many had the
+failed_evictable, failed_bytes_fit). Per model, of the policy's replays that ran out of memory: how many had the
 bytes (what was pinned or anonymous, the walls, the constants and the request together within
 the budget), how many had a range free of pinned pieces and walls at least as large as the
 request, and how many still had evictable pieces that no choice of the policy's could use;
@@ -22,16 +22,15 @@ def load(folder, policy):
     with open(os.path.join(folder, "runs.json")) as f:
         rows = json.load(f)
     return [r for r in rows if r["policy"] == policy and r["status"] == "oom"
-            and r.get("failed_pinned") is not None]
+            and r.get("failed_bytes_fit") is not None]
 
 
 def counts(rows):
-    """(failed, bytes fit, a range holds the request, evictable pieces left)."""
-    fit = sum(r["failed_pinned"] + r["failed_walls"] + r["failed_constants"]
-              + r["failed_request"] <= r["budget_bytes"] for r in rows)
-    held = sum(r["failed_window"] >= r["failed_request"] for r in rows)
+    """(failed, the bytes fit, a range holds the request, both, evictable pieces left)."""
+    fit = [r["failed_bytes_fit"] for r in rows]
+    held = [r["failed_window"] >= r["failed_request"] for r in rows]
     left = sum(r["failed_evictable"] > 0 for r in rows)
-    return len(rows), fit, held, left
+    return len(rows), sum(fit), sum(held), sum(a and b for a, b in zip(fit, held)), left
 
 
 def table(rows):
@@ -41,11 +40,7 @@ def table(rows):
            "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for m in models + ["all"]:
         mine = rows if m == "all" else [r for r in rows if r["model"] == m]
-        n, fit, held, left = counts(mine)
-        both = sum(r["failed_pinned"] + r["failed_walls"] + r["failed_constants"]
-                   + r["failed_request"] <= r["budget_bytes"]
-                   and r["failed_window"] >= r["failed_request"] for r in mine)
-        out.append(f"| {m} | {n} | {fit} | {held} | {both} | {left} |")
+        out.append("| " + " | ".join([m] + [str(x) for x in counts(mine)]) + " |")
     return "\n".join(out)
 
 

@@ -15,7 +15,7 @@ import json
 import os
 import statistics
 
-from coop.cli.claims import FAMILY_SLACK
+from coop.cli.claims import family_limit
 
 
 def load(folder):
@@ -50,15 +50,14 @@ def search_ratio(rows, model, policy):
 
 def family(rows, model, policy):
     """'above / of': the ratios where policy, dtr and dte all complete, and of those, where
-    policy's overhead is above min(dtr, dte) * (1 + FAMILY_SLACK)."""
+    policy's overhead is above the DTR-family claim's limit (claims.family_limit)."""
     above = of = 0
     for x in both_ok(rows, model, policy, "dtr"):
         e = rows.get((model, "dte", x))
         if e is None or e["status"] != "ok":
             continue
         of += 1
-        best = min(rows[(model, "dtr", x)]["compute_overhead"], e["compute_overhead"])
-        limit = best * (1 + FAMILY_SLACK) * (1 + 1e-12)      # (1e-12: the sums' rounding)
+        limit = family_limit(rows[(model, "dtr", x)]["compute_overhead"], e["compute_overhead"])
         above += rows[(model, policy, x)]["compute_overhead"] > limit
     return f"{above} / {of}"
 

@@ -321,7 +321,7 @@ cdef class MovePlanner:
         (ub). Bounds and ub as the choice compares costs (_per)."""
         cdef double* lbs = self.lbs.data()
         cdef double w = self.scan.excess_weight
-        cdef double lb
+        cdef double lb, ub
         while self.next_lo < lo:           # starts without a window
             lbs[self.next_lo] = NAN
             self.next_lo += 1
@@ -338,9 +338,10 @@ cdef class MovePlanner:
                 self.ub = 0.0
         elif movers:
             lb = lb + (q_right - q_left - q_right * 1e-10)
-        elif _per(p_right - p_left + p_right * 1e-10, covered, self.size, w) < self.ub:
-            # above this window's plan
-            self.ub = _per(p_right - p_left + p_right * 1e-10, covered, self.size, w)
+        else:
+            ub = _per(p_right - p_left + p_right * 1e-10, covered, self.size, w)
+            if ub < self.ub:
+                self.ub = ub        # above this window's plan
         if lb != lb:
             lb = -INFINITY         # costs so large their sums overflow: a bound says nothing
         lb = _per(lb, covered, self.size, w)

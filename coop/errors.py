@@ -35,6 +35,16 @@ class OutOfMemoryError(CoopError, MemoryError):
         self.constant_bytes = constant_bytes
         self.evictable_bytes = evictable_bytes
 
+    @property
+    def bytes_fit(self):
+        """Whether what could not leave (pinned or anonymous, walls, constants) and the request
+        together fit the budget: then the addresses stopped the allocation, not the budget.
+        None where the search did not run."""
+        if self.pinned_bytes is None:
+            return None
+        held = self.pinned_bytes + self.wall_bytes + (self.constant_bytes or 0)
+        return held + self.request <= self.budget
+
     def figures(self):
         """The constructor's arguments after the message, in order (to rebuild or pickle it)."""
         return (self.request, self.budget, self.free, self.largest_free, self.pinned_bytes,

@@ -9,6 +9,7 @@ import operator
 import time
 
 from coop.errors import InternalError, OutOfMemoryError
+from _arena import per_byte
 
 EXPENSIVE = 0
 CHEAP = 1
@@ -787,10 +788,9 @@ class ReferenceArena:
         self._excess_weight = weight
 
     def _per(self, cost, covered, size):
-        """A window's cost as coop's choice compares it: per byte freed, those beyond the
-        request at excess_weight (0.0: the cost itself)."""
-        w = self._excess_weight
-        return cost if w == 0.0 else cost / (size + w * (covered - size))
+        """A window's cost as coop's choice compares it (per byte freed, those beyond the
+        request at excess_weight)."""
+        return per_byte(cost, covered, size, self._excess_weight)
 
     def choose_plan(self, nbytes, policy, now):
         size = self._request(nbytes)

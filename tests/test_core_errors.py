@@ -86,6 +86,7 @@ def test_out_of_memory_names_the_candidates_no_window_could_use():
     assert "nothing left to evict" not in message
     err = info.value
     assert err.figures() == (128, 256, 0, 0, 128, 0, 64, 0, 128)   # request ... evictable_bytes
+    assert err.bytes_fit              # 128 pinned or anonymous + the 128 asked for: the budget
     copy = pickle.loads(pickle.dumps(err))
     assert str(copy) == message and copy.figures() == err.figures()
     assert arena.stats()["evictions"] == 0

@@ -5,16 +5,19 @@ import json
 import pytest
 from _scripts import load_benchmark
 
+from coop.errors import OutOfMemoryError
 
 oom_walls = load_benchmark("oom_walls")
 
 
 def row(model, policy, request, budget, pinned, walls, window, constants, evictable,
         status="oom"):
+    err = OutOfMemoryError("", request, budget, 0, 0, pinned, walls, window, constants,
+                           evictable)
     return {"model": model, "policy": policy, "status": status, "budget_bytes": budget,
             "failed_request": request, "failed_pinned": pinned, "failed_walls": walls,
             "failed_window": window, "failed_constants": constants,
-            "failed_evictable": evictable}
+            "failed_evictable": evictable, "failed_bytes_fit": err.bytes_fit}
 
 
 def test_the_counts_of_made_up_failures(tmp_path, capsys):
@@ -28,7 +31,7 @@ def test_the_counts_of_made_up_failures(tmp_path, capsys):
         # not counted: another policy, a run that completed, a sweep without the figures
         row("b", "dtr", 30, 100, 10, 0, 20, 10, 1),
         row("b", "coop", 30, 100, 10, 0, 20, 10, 1, status="ok"),
-        {**row("b", "coop", 30, 100, 10, 0, 20, 10, 1), "failed_pinned": None},
+        {**row("b", "coop", 30, 100, 10, 0, 20, 10, 1), "failed_bytes_fit": None},
     ]
     (tmp_path / "runs.json").write_text(json.dumps(rows))
     oom_walls.main([str(tmp_path)])

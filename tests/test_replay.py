@@ -635,10 +635,13 @@ def test_the_failure_line_says_whether_the_bytes_fit(pinned, verdict):
     """What cannot leave (pinned 60 or 61, walls 10, constants 20) plus the 10-byte request,
     against a budget of 100."""
     from coop.cli.replay import failure
+    from coop.errors import OutOfMemoryError
+    err = OutOfMemoryError("", 10, 100, 0, 5, pinned, 10, 15, 20, 3)
+    assert err.bytes_fit == (pinned == 60)
     result = {"policy": "coop", "status": "oom", "failed_record": 7, "failed_request": 10,
               "budget_bytes": 100, "failed_largest_free": 5, "failed_pinned": pinned,
               "failed_walls": 10, "failed_window": 15, "failed_constants": 20,
-              "failed_evictable": 3}
+              "failed_evictable": 3, "failed_bytes_fit": err.bytes_fit}
     assert failure(result, 9) == (
         f"coop: oom at record 7 of 9: a request of 10 bytes found no room within the budget of "
         f"100 (largest free range 5 bytes; no choice made room: {pinned} bytes pinned or "
@@ -660,9 +663,13 @@ def test_a_failed_replay_keeps_what_blocked_its_search(resnet_trace):
         if policy == "dtr":
             assert failed["failed_constants"] == failed["failed_evictable"] == 0
             assert failed["failed_walls"] > 0
+        held = failed["failed_pinned"] + failed["failed_walls"] + failed["failed_constants"]
+        assert failed["failed_bytes_fit"] == (held + failed["failed_request"]
+                                              <= failed["budget_bytes"])
     ok = R.replay(resnet_trace, ratio=1.0)
     assert [ok[k] for k in ("failed_pinned", "failed_walls", "failed_window",
-                            "failed_constants", "failed_evictable")] == [None] * 5
+                            "failed_constants", "failed_evictable",
+                            "failed_bytes_fit")] == [None] * 6
 
 
 def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):
@@ -683,9 +690,7 @@ def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):
             and f"{failed['failed_pinned']:,} bytes pinned or anonymous, "
                 f"{failed['failed_walls']:,} unevictable and unmovable, the largest range "
                 f"free of both {failed['failed_window']:,} bytes" in out)
-    held = failed["failed_pinned"] + failed["failed_walls"] + failed["failed_constants"]
-    fits = held + failed["failed_request"] <= failed["budget_bytes"]
-    assert ("; the bytes fit: the addresses stopped it)" if fits
+    assert ("; the bytes fit: the addresses stopped it)" if failed["failed_bytes_fit"]
             else "; the bytes do not fit)") in out
     assert main(["replay", str(resnet_trace), "--budget", "0.15", "--policy", "dtr",
                  "--json"]) == 3

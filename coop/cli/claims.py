@@ -99,6 +99,12 @@ def _all_complete(by_policy):
 
 #: coop's overhead against the DTR family: at most min(dtr, dte) times (1 + FAMILY_SLACK)
 FAMILY_SLACK = 0.005
+def family_limit(dtr_overhead, dte_overhead):
+    """The most overhead the DTR-family claim allows at a ratio where dtr and dte complete:
+    min(dtr, dte) * (1 + FAMILY_SLACK), and 1e-12 relative for the sums' rounding."""
+    return min(dtr_overhead, dte_overhead) * (1 + FAMILY_SLACK) * (1 + 1e-12)
+
+
 #: an exception's cause, measured by the evict-only ablation (coop-no-move) at its ratio
 FAMILY_CAUSES = {
     "window": "the evict-only window above it too",
@@ -120,7 +126,7 @@ def _family_claim(by_policy):
     for c, d, e in _all_complete(by_policy):
         ratios += 1
         best, who = min((d["compute_overhead"], "dtr"), (e["compute_overhead"], "dte"))
-        limit = best * (1 + FAMILY_SLACK) * (1 + 1e-12)     # (1e-12: the sums' rounding)
+        limit = family_limit(d["compute_overhead"], e["compute_overhead"])
         if c["compute_overhead"] <= limit:
             continue
         n = _at(by_policy.get("coop-no-move", []), c["ratio"])

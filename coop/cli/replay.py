@@ -249,11 +249,7 @@ def failure(result, n_records):
                 f"{result['failed_largest_free']:,} bytes; no choice made room")
         if result.get("failed_pinned") is None:
             return line + ")"
-        # what cannot leave plus the request, against the budget: within it, the addresses
-        # stopped the run (no range could be cleared), not the budget
-        held = result["failed_pinned"] + result["failed_walls"] + result["failed_constants"]
-        verdict = ("the bytes fit: the addresses stopped it"
-                   if held + result["failed_request"] <= result["budget_bytes"]
+        verdict = ("the bytes fit: the addresses stopped it" if result["failed_bytes_fit"]
                    else "the bytes do not fit")
         return (line + f": {result['failed_pinned']:,} bytes pinned or anonymous, "
                 f"{result['failed_walls']:,} unevictable and unmovable, the largest range free "

@@ -150,7 +150,8 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     ratio, and where a failed run stopped: failed_record (the record's index), failed_request
     and failed_largest_free (bytes asked for and the largest free range, for "oom"), and what
     blocked the last search (coop.OutOfMemoryError's figures): failed_pinned, failed_walls,
-    failed_window, failed_constants and failed_evictable; None for a run that completed. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
+    failed_window, failed_constants, failed_evictable and failed_bytes_fit
+    (OutOfMemoryError.bytes_fit); None for a run that completed. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
     is broken).
 
     The host tier (an offloading policy: coop-offload): host_budget is the bytes it may hold
@@ -203,7 +204,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     status = "ok"
     failed = dict(failed_record=None, failed_request=None, failed_largest_free=None,
                   failed_pinned=None, failed_walls=None, failed_window=None,
-                  failed_constants=None, failed_evictable=None)
+                  failed_constants=None, failed_evictable=None, failed_bytes_fit=None)
     t0 = time.perf_counter()
     try:
         replayer.run()
@@ -213,7 +214,8 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         failed.update(failed_record=replayer.records, failed_request=err.request,
                       failed_largest_free=err.largest_free, failed_pinned=err.pinned_bytes,
                       failed_walls=err.wall_bytes, failed_window=err.largest_window,
-                      failed_constants=err.constant_bytes, failed_evictable=err.evictable_bytes)
+                      failed_constants=err.constant_bytes, failed_evictable=err.evictable_bytes,
+                      failed_bytes_fit=err.bytes_fit)
     except Thrash:
         status = "thrash"
         failed["failed_record"] = replayer.records
