@@ -4,7 +4,8 @@ For each trace (the paper models' traces that `coop bench --out DIR` records in 
 any coop trace) and each budget ratio (--ratios), coop and dtr replay it --repeat times
 (coop.trace.replay.replay, the trace loaded once). The decisions are the same in every repeat;
 the times are medians over the repeats, per search:
-- coop, from Arena.stats (docs/core.md, Counters): `sweep` (search_fill_time: the scan runs swept
+- coop, from Arena.stats (docs/core.md, Counters): the pieces in the arena and the entries the
+  moving window's sweep wrote (fewer where runs no window reaches were skipped), `sweep` (search_fill_time: the scan runs swept
   into the scratch arrays, h and a move's cost computed for every piece), `scans` (the
   two-pointer scans: the evict-only window, the moving window's first pass), `plans` (the moving
   window's plans evaluated best first, and the chosen plan's destinations) and `other` (the rest
@@ -54,6 +55,8 @@ def row(model, ratio, coop, dtr):
                 coop_searches=coop["searches"], dtr_searches=dtr["searches"],
                 moving=coop["moving_searches"],
                 plans_per_search=coop["plans_evaluated"] / max(coop["moving_searches"], 1),
+                pieces=coop["search_pieces"] / max(coop["moving_searches"], 1),
+                entries=coop["search_entries"] / max(coop["moving_searches"], 1),
                 **phases, coop_per=coop["search_time"] / n * 1e6, dtr_per=d,
                 coop_total=coop["search_time"] * 1e3, dtr_total=dtr["search_time"] * 1e3,
                 ratio_total=dtr["search_time"] / coop["search_time"] if coop["search_time"]
@@ -62,18 +65,19 @@ def row(model, ratio, coop, dtr):
 
 
 HEADER = ("| model | ratio | status coop / dtr | searches coop / dtr | moving | plans per moving "
-          "search | coop us per search: sweep | scans | plans | other | total | dtr us per "
+          "search | pieces / entries swept per moving search | coop us per search: sweep | scans | plans | other | total | dtr us per "
           "search | coop sweep / dtr search | total coop ms | dtr ms | dtr / coop |")
 
 
 def table(rows):
-    lines = [HEADER, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+    lines = [HEADER, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
                      "| ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['ratio']:.2f} | {r['coop_status']} / {r['dtr_status']} | "
             f"{r['coop_searches']:,} / {r['dtr_searches']:,} | {r['moving']:,} | "
-            f"{r['plans_per_search']:.1f} | {r['sweep']:.2f} | {r['scans']:.2f} | {r['plans']:.2f} | "
+            f"{r['plans_per_search']:.1f} | {r['pieces']:,.0f} / {r['entries']:,.0f} | "
+            f"{r['sweep']:.2f} | {r['scans']:.2f} | {r['plans']:.2f} | "
             f"{r['other']:.2f} | {r['coop_per']:.2f} | {r['dtr_per']:.2f} | "
             f"{r['sweep_over_dtr']:.1f}x | {r['coop_total']:.3f} | {r['dtr_total']:.3f} | "
             f"{r['ratio_total']:.2f} |")

@@ -429,7 +429,7 @@ cdef class Chooser:
         wall, whose free and candidate bytes cover size; candidates cost h, movers (movable,
         not candidates) a copy (on h's scale) and free no bytes. Entries [best_lo, best_end)
         of MovePlanner.fill's arrays; False when there is none."""
-        cdef size_t total = self.planner.fill(now, rate, 0.0, True, True), j
+        cdef size_t total = self.planner.fill(now, rate, 0.0, True, True, 0), j
         if self.value.size() < total:
             self.value.resize(total)
             self.cover.resize(total)

@@ -15,7 +15,7 @@ object's ``__dealloc__`` inside the eviction callback, always see a consistent a
 Layer: the bottom of coop; imports only coop.errors.
 """
 cimport cython
-from cython.operator cimport dereference as deref, predecrement
+from cython.operator cimport dereference as deref, predecrement, preincrement
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
 from libc.string cimport memcpy, memset
@@ -799,12 +799,14 @@ cdef class Arena:
     def last_search(self):
         """The phases of the last choice (choose_plan's, or the eviction loop's last search):
         seconds sweeping, scanning and planning, plans evaluated, whether the moving window
-        ran, whether its quick first pass decided, and how its best-first pass tightened the
+        ran, whether its quick first pass decided, how its best-first pass tightened the
         windows' bounds ("eager": all before ordering them, "lazy": as popped; None when it did
-        not run) (docs/core.md, Moving)."""
+        not run), and the entries its sweep wrote beside the pieces then (fewer where runs no
+        window reaches were skipped) (docs/core.md, Moving)."""
         cdef SearchPhases* p = &self.chooser.phases
         return {"fill_time": p.fill, "scan_time": p.scan, "plan_time": p.plan,
                 "plans_evaluated": p.plans, "moving": bool(p.moving), "quick_decided": bool(p.quick),
+                "entries": p.entries, "pieces": p.pieces,
                 "best_first": "eager" if p.eager else "lazy" if p.lazy else None,
                 "room_price": self.chooser.planner.room_price}
 

@@ -85,6 +85,8 @@ cdef struct SearchPhases:
     long long quick            # ... that its quick first pass decided
     long long lazy             # ... whose best-first pass tightened bounds as it popped them
     long long eager            # ... whose best-first pass tightened every bound first
+    long long entries          # entries the moving window's sweeps wrote (a placeholder: one)
+    long long pieces           # pieces in the arena at those sweeps
 
 
 cdef struct Counters:
@@ -248,8 +250,11 @@ cdef class MovePlanner:
     cdef size_t first_end               # the end of the window evaluate saw last
     cdef double popped                  # the share of ordered windows recent best-firsts popped
     cdef int eager_run                  # best-firsts in a row that tightened every bound first
-    cdef vector[int] run_at             # fill's runs, in address order
+    cdef vector[int] run_at             # fill's runs, in address order (-1: a placeholder)
     cdef vector[size_t] run_base        # ... the entry of each one's first piece
+    cdef vector[int] walk               # fill's scratch: the runs in address order
+    cdef vector[unsigned char] skipped  # ... each: no window with a plan reaches it (a wall)
+    cdef size_t total                   # the entries fill wrote
     cdef double ub                      # ... the least cost (from above) of a window seen that moves nothing
     cdef double best_cost               # ... the best plan so far: its cost
     cdef size_t best_lo                 # ... its entries, best_lo..best_end-1 (best_end 0: none)
@@ -264,7 +269,9 @@ cdef class MovePlanner:
     cdef void visit(self, size_t lo, double p_left, double p_right, double q_left,
                     double q_right, int taken, int movers, bint costless,
                     size_t covered) noexcept
-    cdef size_t fill(self, double now, double rate, double price, bint costs, bint kinds) noexcept
+    cdef size_t fill(self, double now, double rate, double price, bint costs, bint kinds,
+                     size_t request) noexcept
+    cdef bint skip_runs(self, size_t request) noexcept
     cdef void window_details(self, size_t lo) noexcept
     cdef void details(self, size_t lo, size_t end) noexcept
     cdef void full(self, size_t total) noexcept

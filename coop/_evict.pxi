@@ -41,6 +41,8 @@ cdef inline void _add_phases(SearchPhases* total, SearchPhases* one) noexcept:
     total.quick += one.quick
     total.lazy += one.lazy
     total.eager += one.eager
+    total.entries += one.entries
+    total.pieces += one.pieces
 
 
 @cython.final
@@ -69,6 +71,8 @@ cdef class EvictionLoop:
             "plans_evaluated": c.phases.plans,
             "moving_searches": c.phases.moving,
             "quick_decided": c.phases.quick,
+            "search_entries": c.phases.entries,
+            "search_pieces": c.phases.pieces,
         }
 
     cdef void lost(self, int slot) noexcept:

@@ -47,8 +47,10 @@ cdef class MovePlanner:
         cdef Chooser scan = self.scan
         cdef double t0 = _monotonic(), t1, t2
         cdef bint decided, quickly = self.undecided <= 0.25
-        cdef size_t total = self.fill(now, rate, self.room_price, False, not quickly)
+        cdef size_t total = self.fill(now, rate, self.room_price, False, not quickly, size)
         t1 = _monotonic()
+        scan.phases.entries += total
+        scan.phases.pieces += scan.pieces.count
         cdef double* vs = self.v.data()
         cdef size_t* ss = scan.size.data()
         sort(self.bins.begin(), self.bins.end())   # largest first, then lowest address
@@ -125,15 +127,93 @@ cdef class MovePlanner:
             self.destinations(self.best_lo, self.best_end, self.best_moved, victims, plan)
         scan.phases.plan += _monotonic() - t2
 
+    cdef bint skip_runs(self, size_t request) noexcept:
+        """walk: the scan runs in address order; skipped: those no window with a plan reaches,
+        for a request of request bytes (docs/core.md, "Moving": what the sweep skips). True
+        when any is skipped.
+
+        Only where the request is above the free bytes: a window then frees bytes by
+        eviction, or covers them with a free entry (a window of movers alone covers at most
+        the free pieces that take them). Each of the free pieces, F of them, takes one of a
+        window's free entries or forced movers, so a window holds at most F forced movers. A
+        run with no free or candidate entry holds walls and forced movers only; in a stretch
+        of such runs, a window that reaches an entry more than F + 1 entries from both ends
+        holds it and more than F forced movers, or free and candidate entries on neither side:
+        it has no plan. So the stretch's first and last runs holding F + 1 of its entries are
+        swept, the runs between them are not: a placeholder (a wall) stands for them."""
+        cdef ScanRuns runs = self.scan.pieces.runs
+        cdef PieceTable table = self.scan.pieces
+        cdef cset[SizeOffset].iterator it = table.free_index.begin()
+        cdef size_t free_bytes = 0, i, a, b, n, lo, hi
+        cdef ScanRun* run
+        cdef int r, k
+        cdef uint64_t word
+        cdef unsigned char plain
+        cdef size_t keep = <size_t>table.n_free + 1
+        cdef bint any_skipped = False
+        self.walk.clear()
+        self.skipped.clear()
+        if request == 0:
+            return False
+        while it != table.free_index.end():
+            free_bytes += deref(it).first
+            preincrement(it)
+        if request <= free_bytes:
+            return False
+        # runs in order, each marked 1 when it has no free or candidate entry (flags past
+        # count are not read)
+        r = runs.first
+        while r >= 0:
+            run = &runs.runs[r]
+            plain = 1
+            for k in range(0, run.count & ~7, 8):
+                memcpy(&word, &run.flags[k], 8)
+                if word & <uint64_t>0x0303030303030303ULL:
+                    plain = 0
+                    break
+            if plain:
+                for k in range(run.count & ~7, run.count):
+                    if run.flags[k] & (W_FREE | W_CANDIDATE):
+                        plain = 0
+                        break
+            self.walk.push_back(r)
+            self.skipped.push_back(plain)
+            r = run.next
+        # each stretch of plain runs: its ends' runs holding keep entries each stay swept
+        n = self.walk.size()
+        i = 0
+        while i < n:
+            if not self.skipped[i]:
+                i += 1
+                continue
+            a = i
+            while i < n and self.skipped[i]:
+                i += 1
+            b = i                       # the stretch is runs a..b-1
+            lo = a
+            hi = 0
+            while lo < b and hi < keep:
+                hi += <size_t>runs.runs[self.walk[lo]].count
+                self.skipped[lo] = 0
+                lo += 1
+            hi = 0
+            while b > lo and hi < keep:
+                b -= 1
+                hi += <size_t>runs.runs[self.walk[b]].count
+                self.skipped[b] = 0
+            any_skipped = any_skipped or lo < b
+        return any_skipped
+
     cdef size_t fill(self, double now, double rate, double price, bint costs,
-                     bint kinds) noexcept:
+                     bint kinds, size_t request) noexcept:
         """Chooser.fill's sweep for this window: each entry's cheapest way out, v (a movable
         piece that is not a candidate must move, a candidate moves when its move costs less
         than its eviction; a piece no free piece holds cannot move, whatever the window), its
         kind for the first pass (K_KEEP, K_FORCED, K_FREE), the scan's sizes, and the free
         entries in bins; with costs, every entry's details too (full kind, flags, piece, h and
         mv; else details(lo, end) writes them for the entries a plan or bound reads). Returns
-        the number of entries.
+        the number of entries. With request (0: none), the runs no window with a plan for it
+        reaches are not swept: one entry, a wall, stands for each stretch of them (skip_runs).
 
         A move's way out is its copy and the room it takes: mv = (size * rate + price * size *
         staleness) / staleness, price the room's per byte (docs/core.md, "One scale"; 0.0 for
@@ -173,7 +253,27 @@ cdef class MovePlanner:
         cdef unsigned char fl, free, cand, movable, mover, fits
         cdef uint64_t word
         cdef int i
+        cdef size_t w = 0, n_walk = 0
+        cdef bint skipping = self.skip_runs(request)
+        if skipping:
+            n_walk = self.walk.size()
+            r = self.walk[0]
         while r >= 0:
+            if skipping:
+                if self.skipped[w]:
+                    # a placeholder: a wall for the stretch of runs no window reaches
+                    self.run_at.push_back(-1)
+                    self.run_base.push_back(base)
+                    vs[base] = 0.0
+                    ks[base] = 0
+                    scan.flags[base] = 0
+                    scan.size[base] = 0
+                    base += 1
+                    while w < n_walk and self.skipped[w]:
+                        w += 1
+                    r = self.walk[w] if w < n_walk else -1
+                    continue
+                w += 1
             run = &runs.runs[r]
             self.run_at.push_back(r)
             self.run_base.push_back(base)
@@ -220,7 +320,9 @@ cdef class MovePlanner:
                         if run.flags[i] & W_FREE:
                             self.bins.push_back(SizeOffset(SIZE_MAX - run.size[i], base + i))
             base += run.count
-            r = run.next
+            r = (self.walk[w] if w < n_walk else -1) if skipping else run.next
+        total = base
+        self.total = total
         self.done.assign(total, 0)
         self.detailed = False
         if costs:
@@ -259,14 +361,26 @@ cdef class MovePlanner:
         cdef int k
         if lo >= end:
             return
-        self.detailed = self.detailed or (lo == 0 and end == <size_t>self.scan.pieces.count)
+        self.detailed = self.detailed or (lo == 0 and end == self.total)
         # the run of entry lo: the last whose first entry is at or below it
         i = <size_t>(upper_bound(self.run_base.begin(), self.run_base.end(), lo)
                      - self.run_base.begin()) - 1
         base = self.run_base[i]
-        run = &runs.runs[self.run_at[i]]
         k = <int>(lo - base)
         for j in range(lo, end):
+            if self.run_at[i] < 0:
+                # a placeholder (fill): a wall, no piece
+                if not done[j]:
+                    hs[j] = 0.0
+                    ms[j] = 0.0
+                    ks[j] = 0
+                    fs[j] = 0
+                    ps[j] = -1
+                    done[j] = 1
+                i += 1
+                k = 0
+                continue
+            run = &runs.runs[self.run_at[i]]
             if not done[j]:
                 s = self.now - run.last_access[k]
                 s = s if s > 1.0 else 1.0
@@ -281,9 +395,8 @@ cdef class MovePlanner:
                 ps[j] = run.piece[k]
                 done[j] = 1
             k += 1
-            if k == run.count and j + 1 < end:
+            if k == run.count:
                 i += 1
-                run = &runs.runs[self.run_at[i]]
                 k = 0
 
     cdef void full(self, size_t total) noexcept:

@@ -45,7 +45,8 @@ SEARCH_TIMES = ("search_time", "search_fill_time", "search_scan_time", "search_p
 #: the plain-Python model (tests/reference_arena.py) chooses by brute force and has none of
 #: them (its stats have search_time alone, its own)
 SEARCH_INTERNALS = frozenset(("search_fill_time", "search_scan_time", "search_plan_time",
-                              "plans_evaluated", "moving_searches", "quick_decided"))
+                              "plans_evaluated", "moving_searches", "quick_decided",
+                              "search_entries", "search_pieces"))
 
 
 def comparable_stats(arena):

@@ -811,3 +811,78 @@ def test_a_window_evicting_hundreds_of_its_movers(Arena):
     assert plans[0]["victims"] == list(range(n + 2, 2 * n))
     assert (plans[0]["cost"], plans[0]["start"], plans[0]["pieces"]) == (1 + 8 * (n - 2),
                                                                          64 * (n + 2), n)
+
+
+def constant_stretches(seed, rate, capacity_slack=0):
+    """Core and reference holding long stretches of constants (movable, not evictable; a few
+    pinned or unmovable: walls) around a mixed middle of candidates and constants, the arena
+    full but for three small holes in the middle and capacity_slack free bytes at the end:
+    several scan runs hold constants only. Returns the arenas, now and the hole bytes."""
+    r = random.Random(seed)
+    kinds = ["const"] * 260 + [r.choice(["cand", "cand", "const"]) for _ in range(200)] \
+        + ["const"] * 200
+    sizes = [64 * r.randint(1, 3) for _ in kinds]
+    holes = sorted(r.sample(range(300, 420), 3))
+    arenas = [coop.Arena(sum(sizes) + capacity_slack), ReferenceArena(sum(sizes) + capacity_slack)]
+    now = 1000
+    for arena in arenas:
+        arena.move_cost = rate
+        r2 = random.Random(seed + 1)
+        offsets = []
+        for sid, (kind, size) in enumerate(zip(kinds, sizes)):
+            arena.add_storage(sid, r2.randint(1, 50), [], evictable=kind == "cand")
+            arena.set_movable(sid, r2.random() < 0.97)
+            arena.touch(sid, now - r2.randint(0, 100))
+            offsets.append(arena.allocate(size, EXPENSIVE, sid))
+        for sid in holes:
+            arena.free(offsets[sid])
+        for sid in (10, 500):
+            arena.pin(sid)
+    return arenas, now, sum(sizes[s] for s in holes)
+
+
+@pytest.mark.parametrize("rate", [0.001, 0.1])
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_no_window_reaches_are_skipped_and_choices_stay_the_references(seed, rate):
+    """A request above the free bytes: the sweep skips the runs of constants more than the
+    free pieces + 1 entries from any free or candidate entry (docs/core.md, "Moving"), writing
+    fewer entries than there are pieces; every choice is still the reference's (brute force).
+    A request the free bytes cover skips nothing."""
+    (core, reference), now, free = constant_stretches(seed, rate)
+    pieces = len(core.pieces())
+    for nbytes in (free + 64, 900, 1500, 3000):
+        plan = core.choose_plan(nbytes, "coop", now)
+        assert reference.choose_plan(nbytes, "coop", now) == plan
+        search = core.last_search()
+        assert search["pieces"] == pieces and 0 < search["entries"] <= pieces - 128, search
+    (core, reference), now, free = constant_stretches(seed, rate, capacity_slack=4096)
+    pieces = len(core.pieces())
+    for nbytes in (free + 64, 3000):
+        plan = core.choose_plan(nbytes, "coop", now)
+        assert reference.choose_plan(nbytes, "coop", now) == plan
+        assert core.last_search()["entries"] == pieces
+    core.check()
+
+
+@pytest.mark.parametrize("Arena", [coop.Arena, ReferenceArena])
+def test_a_window_of_movers_alone_deep_in_a_stretch_of_constants(Arena):
+    """Where the free bytes cover the request (in pieces no larger than the constants), the
+    best window may be one of constants alone, far from any free or candidate entry: each
+    moves to a free piece of its own. Such windows are why the sweep skips nothing unless the
+    request is above the free bytes."""
+    arena = Arena(64 * 300)
+    arena.move_cost = 0.001
+    for sid in range(300):
+        arena.add_storage(sid, 10, [], evictable=sid >= 290)
+        arena.set_movable(sid, sid < 290)      # the candidates are evicted, never moved
+        arena.touch(sid, 0)
+        arena.allocate(64, EXPENSIVE, sid)
+    for sid in (291, 293, 295, 297):          # four free pieces of 64 bytes, among candidates
+        arena.free(arena.storage_info(sid)["offset"])
+    plan = arena.choose_plan(128, "coop", 1000)
+    # two neighboring constants move out; the first such window: the arena's start
+    assert plan["victims"] == [] and [sid for sid, _ in plan["moves"]] == [0, 1]
+    assert plan["start"] == 0 and plan["pieces"] == 2
+    if Arena is coop.Arena:
+        assert arena.last_search()["entries"] == 300
+    arena.check()

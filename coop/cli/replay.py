@@ -61,6 +61,8 @@ ROWS = [  # (label, key, format)
     ("  the moving window's plans (ms)", "search_plan_time", "{:.3f}"),
     ("moving-window searches", "moving_searches", "{:,}"),
     ("  plans evaluated", "plans_evaluated", "{:,}"),
+    ("  entries swept", "search_entries", "{:,}"),
+    ("  pieces then", "search_pieces", "{:,}"),
     ("fragmentation rate", "fragmentation_rate", "{:.4f}"),
     ("largest free / free at failures", "largest_free_ratio", "{:.3f}"),
     ("peak used (bytes)", "peak_used_bytes", "{:,}"),

@@ -139,6 +139,7 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     `thrash`; None never stops), compute_overhead, evictions, bytes_evicted, recomputes,
     searches, search_time (s) and of it search_fill_time, search_scan_time and search_plan_time
     (coop's window searches: docs/core.md, Counters), plans_evaluated, moving_searches,
+    search_entries and search_pieces (the moving window's entries swept and the pieces then),
     fragmentation_rate, largest_free_ratio, window_moves,
     bytes_moved, move_cost (coop's moves: docs/core.md, Moving; the cost is in compute_overhead),
     room_made (times coop moved a kernel's inputs to make room for it), compactions (those
@@ -251,6 +252,8 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
         "search_plan_time": stats["search_plan_time"],
         "plans_evaluated": stats["plans_evaluated"],
         "moving_searches": stats["moving_searches"],
+        "search_entries": stats["search_entries"],
+        "search_pieces": stats["search_pieces"],
         "fragmentation_rate": stats["fragmentation_rate"],
         "failed_allocations": stats["failed_allocations"],
         "largest_free_ratio": stats["largest_free_ratio"],
