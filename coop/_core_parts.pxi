@@ -252,8 +252,13 @@ cdef class MovePlanner:
     cdef int eager_run                  # best-firsts in a row that tightened every bound first
     cdef vector[int] run_at             # fill's runs, in address order (-1: a placeholder)
     cdef vector[size_t] run_base        # ... the entry of each one's first piece
-    cdef vector[int] walk               # fill's scratch: the runs in address order
-    cdef vector[unsigned char] skipped  # ... each: no window with a plan reaches it (a wall)
+    cdef vector[int] run_k0             # ... the first of its entries swept (fill: part of a run)
+    cdef vector[int] run_k1             # ... and the end of them
+    cdef vector[int] walk               # skip_runs' scratch: the runs in address order
+    cdef vector[unsigned char] skipped  # ... each: plain (no free or candidate entry)
+    cdef vector[int] seg_run            # ... what fill sweeps: runs (-1: a placeholder)
+    cdef vector[int] seg_lo             # ... each one's entries seg_lo..seg_hi-1
+    cdef vector[int] seg_hi
     cdef size_t total                   # the entries fill wrote
     cdef double ub                      # ... the least cost (from above) of a window seen that moves nothing
     cdef double best_cost               # ... the best plan so far: its cost
@@ -272,6 +277,9 @@ cdef class MovePlanner:
     cdef size_t fill(self, double now, double rate, double price, bint costs, bint kinds,
                      size_t request) noexcept
     cdef bint skip_runs(self, size_t request) noexcept
+    cdef void _segment(self, int r, int lo, int hi) noexcept
+    cdef void _entry(self, ScanRun* run, int k, size_t j, bint kinds, double now, double rate,
+                     double price, double largest) noexcept
     cdef void window_details(self, size_t lo) noexcept
     cdef void details(self, size_t lo, size_t end) noexcept
     cdef void full(self, size_t total) noexcept

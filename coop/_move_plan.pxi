@@ -128,23 +128,23 @@ cdef class MovePlanner:
         scan.phases.plan += _monotonic() - t2
 
     cdef bint skip_runs(self, size_t request) noexcept:
-        """walk: the scan runs in address order; skipped: those no window with a plan reaches,
-        for a request of request bytes (docs/core.md, "Moving": what the sweep skips). True
-        when any is skipped.
+        """For a request of request bytes, the parts of the scan runs a window with a plan may
+        reach, in address order, as segments (seg_run, seg_lo, seg_hi: run seg_run's entries
+        seg_lo..seg_hi-1; seg_run -1: a placeholder, one wall entry for what is skipped).
+        False (and no segments) when nothing is skipped: every run is swept whole
+        (docs/core.md, "Moving": runs no window reaches are not swept).
 
-        Only where the request is above the free bytes: a window then frees bytes by
-        eviction, or covers them with a free entry (a window of movers alone covers at most
-        the free pieces that take them). Each of the free pieces, F of them, takes one of a
-        window's free entries or forced movers, so a window holds at most F forced movers. A
-        run with no free or candidate entry holds walls and forced movers only; in a stretch
-        of such runs, a window that reaches an entry more than F + 1 entries from both ends
-        holds it and more than F forced movers, or free and candidate entries on neither side:
-        it has no plan. So the stretch's first and last runs holding F + 1 of its entries are
-        swept, the runs between them are not: a placeholder (a wall) stands for them."""
+        Only where the request is above the free bytes: a window of forced movers alone then
+        has no plan (its movers would need destinations holding more bytes than are free).
+        Each of the F free pieces takes one of a window's free entries or forced movers, so a
+        window with a plan holds at most F forced movers. A run with no free or candidate entry
+        holds walls and forced movers only; in a stretch of such runs, an entry more than F + 1
+        entries from both ends is in no window with a plan. So the stretch's first F + 1 and
+        last F + 1 entries are swept and a placeholder stands for those between them."""
         cdef ScanRuns runs = self.scan.pieces.runs
         cdef PieceTable table = self.scan.pieces
         cdef cset[SizeOffset].iterator it = table.free_index.begin()
-        cdef size_t free_bytes = 0, i, a, b, n, lo, hi
+        cdef size_t free_bytes = 0, i, a, b, n, entries, need, j, c
         cdef ScanRun* run
         cdef int r, k
         cdef uint64_t word
@@ -153,6 +153,9 @@ cdef class MovePlanner:
         cdef bint any_skipped = False
         self.walk.clear()
         self.skipped.clear()
+        self.seg_run.clear()
+        self.seg_lo.clear()
+        self.seg_hi.clear()
         if request == 0:
             return False
         while it != table.free_index.end():
@@ -160,7 +163,7 @@ cdef class MovePlanner:
             preincrement(it)
         if request <= free_bytes:
             return False
-        # runs in order, each marked 1 when it has no free or candidate entry (flags past
+        # runs in order, each marked plain when it has no free or candidate entry (flags past
         # count are not read)
         r = runs.first
         while r >= 0:
@@ -179,30 +182,51 @@ cdef class MovePlanner:
             self.walk.push_back(r)
             self.skipped.push_back(plain)
             r = run.next
-        # each stretch of plain runs: its ends' runs holding keep entries each stay swept
         n = self.walk.size()
         i = 0
         while i < n:
             if not self.skipped[i]:
+                self._segment(self.walk[i], 0, runs.runs[self.walk[i]].count)
                 i += 1
                 continue
             a = i
+            entries = 0
             while i < n and self.skipped[i]:
+                entries += <size_t>runs.runs[self.walk[i]].count
                 i += 1
             b = i                       # the stretch is runs a..b-1
-            lo = a
-            hi = 0
-            while lo < b and hi < keep:
-                hi += <size_t>runs.runs[self.walk[lo]].count
-                self.skipped[lo] = 0
-                lo += 1
-            hi = 0
-            while b > lo and hi < keep:
-                b -= 1
-                hi += <size_t>runs.runs[self.walk[b]].count
-                self.skipped[b] = 0
-            any_skipped = any_skipped or lo < b
+            if entries <= 2 * keep:
+                for j in range(a, b):
+                    self._segment(self.walk[j], 0, runs.runs[self.walk[j]].count)
+                continue
+            any_skipped = True
+            # its first keep entries
+            need = keep
+            j = a
+            while need > 0:
+                c = <size_t>runs.runs[self.walk[j]].count
+                self._segment(self.walk[j], 0, <int>min(c, need))
+                need -= min(c, need)
+                j += 1
+            self._segment(-1, 0, 0)
+            # its last keep entries: back from the end to where they start, then forward
+            need = keep
+            j = b
+            while True:
+                j -= 1
+                c = <size_t>runs.runs[self.walk[j]].count
+                if c >= need:
+                    break
+                need -= c
+            self._segment(self.walk[j], <int>(c - need), <int>c)
+            for j in range(j + 1, b):
+                self._segment(self.walk[j], 0, runs.runs[self.walk[j]].count)
         return any_skipped
+
+    cdef inline void _segment(self, int r, int lo, int hi) noexcept:
+        self.seg_run.push_back(r)
+        self.seg_lo.push_back(lo)
+        self.seg_hi.push_back(hi)
 
     cdef size_t fill(self, double now, double rate, double price, bint costs,
                      bint kinds, size_t request) noexcept:
@@ -240,6 +264,8 @@ cdef class MovePlanner:
         self.bins.clear()
         self.run_at.clear()
         self.run_base.clear()
+        self.run_k0.clear()
+        self.run_k1.clear()
         self.now = now
         self.rate = rate
         self.price = price
@@ -253,30 +279,50 @@ cdef class MovePlanner:
         cdef unsigned char fl, free, cand, movable, mover, fits
         cdef uint64_t word
         cdef int i
-        cdef size_t w = 0, n_walk = 0
+        cdef size_t seg = 0, n_seg = 0
+        cdef int k0 = 0, k1 = 0
         cdef bint skipping = self.skip_runs(request)
         if skipping:
-            n_walk = self.walk.size()
-            r = self.walk[0]
-        while r >= 0:
+            n_seg = self.seg_run.size()
+        while True:
             if skipping:
-                if self.skipped[w]:
-                    # a placeholder: a wall for the stretch of runs no window reaches
+                if seg == n_seg:
+                    break
+                r = self.seg_run[seg]
+                k0 = self.seg_lo[seg]
+                k1 = self.seg_hi[seg]
+                seg += 1
+                if r < 0:
+                    # a placeholder: one wall for the entries no window with a plan reaches
                     self.run_at.push_back(-1)
                     self.run_base.push_back(base)
+                    self.run_k0.push_back(0)
+                    self.run_k1.push_back(1)
                     vs[base] = 0.0
                     ks[base] = 0
                     scan.flags[base] = 0
                     scan.size[base] = 0
                     base += 1
-                    while w < n_walk and self.skipped[w]:
-                        w += 1
-                    r = self.walk[w] if w < n_walk else -1
                     continue
-                w += 1
-            run = &runs.runs[r]
+                run = &runs.runs[r]
+            else:
+                if r < 0:
+                    break
+                run = &runs.runs[r]
+                k0 = 0
+                k1 = run.count
             self.run_at.push_back(r)
             self.run_base.push_back(base)
+            self.run_k0.push_back(k0)
+            self.run_k1.push_back(k1)
+            if k0 != 0 or k1 != run.count:
+                # part of a run (the ends of a stretch skip_runs skipped): one entry at a time,
+                # each as the loops below compute it
+                for k in range(k0, k1):
+                    self._entry(run, k, base + <size_t>(k - k0), kinds, now, rate, price,
+                                largest)
+                base += <size_t>(k1 - k0)
+                continue
             if kinds:
                 # no branch: the compiler vectorises it, 16 entries at a time; the loop runs
                 # on to a multiple of 16 (the run's unused slots hold stale numbers, and the
@@ -320,7 +366,8 @@ cdef class MovePlanner:
                         if run.flags[i] & W_FREE:
                             self.bins.push_back(SizeOffset(SIZE_MAX - run.size[i], base + i))
             base += run.count
-            r = (self.walk[w] if w < n_walk else -1) if skipping else run.next
+            if not skipping:
+                r = run.next
         total = base
         self.total = total
         self.done.assign(total, 0)
@@ -328,6 +375,31 @@ cdef class MovePlanner:
         if costs:
             self.details(0, total)
         return total
+
+    cdef inline void _entry(self, ScanRun* run, int k, size_t j, bint kinds, double now,
+                            double rate, double price, double largest) noexcept:
+        """Entry j of fill's arrays from run's entry k, as fill's loops compute it."""
+        cdef Chooser scan = self.scan
+        cdef double c = run.cprime[k]
+        cdef double s = now - run.last_access[k]
+        s = s if s > 1.0 else 1.0
+        cdef double rt = price * run.dsize[k] * s if price > 0.0 else 0.0
+        cdef double m = run.dsize[k] * rate + rt
+        cdef unsigned char fl = run.flags[k]
+        cdef unsigned char free = (fl & W_FREE) != 0
+        cdef unsigned char cand = (fl & W_CANDIDATE) != 0
+        cdef unsigned char fits = run.dsize[k] <= largest
+        cdef unsigned char movable = ((fl & W_MOVABLE) != 0) & fits
+        cdef unsigned char mover = fits & (m < run.mlimit[k])
+        self.v[j] = (m if mover else c) / s
+        if kinds:
+            self.kind[j] = ((free | cand | movable) * K_KEEP
+                            | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
+        else:
+            scan.flags[j] = fl
+        scan.size[j] = run.size[k]
+        if free:
+            self.bins.push_back(SizeOffset(SIZE_MAX - run.size[k], j))
 
     cdef void window_details(self, size_t lo) noexcept:
         """The details of the smallest window from lo that covers the request, before a bound
@@ -366,7 +438,7 @@ cdef class MovePlanner:
         i = <size_t>(upper_bound(self.run_base.begin(), self.run_base.end(), lo)
                      - self.run_base.begin()) - 1
         base = self.run_base[i]
-        k = <int>(lo - base)
+        k = self.run_k0[i] + <int>(lo - base)
         for j in range(lo, end):
             if self.run_at[i] < 0:
                 # a placeholder (fill): a wall, no piece
@@ -378,7 +450,8 @@ cdef class MovePlanner:
                     ps[j] = -1
                     done[j] = 1
                 i += 1
-                k = 0
+                if i < self.run_k0.size():
+                    k = self.run_k0[i]
                 continue
             run = &runs.runs[self.run_at[i]]
             if not done[j]:
@@ -395,9 +468,10 @@ cdef class MovePlanner:
                 ps[j] = run.piece[k]
                 done[j] = 1
             k += 1
-            if k == run.count:
+            if k == self.run_k1[i]:
                 i += 1
-                k = 0
+                if i < self.run_k0.size():
+                    k = self.run_k0[i]
 
     cdef void full(self, size_t total) noexcept:
         """The full pass, where a first-pass bound is not a number (sums overflowed): the
