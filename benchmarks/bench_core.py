@@ -38,9 +38,12 @@ REFERENCE_PATH = Path(__file__).resolve().parents[1] / "tests" / "reference_aren
 
 
 def load_reference():
-    """ReferenceArena from the checkout's tests/ (it is not part of the installed package)."""
+    """ReferenceArena from the checkout's tests/ (it is not part of the installed package;
+    it imports the tests' helpers beside it, so tests/ goes on the path)."""
     if not REFERENCE_PATH.exists():
         sys.exit(f"bench_core.py needs {REFERENCE_PATH}: run it from a checkout of coop")
+    if str(REFERENCE_PATH.parent) not in sys.path:
+        sys.path.insert(0, str(REFERENCE_PATH.parent))
     spec = importlib.util.spec_from_file_location("reference_arena", REFERENCE_PATH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
