@@ -131,7 +131,7 @@ cdef class MovePlanner:
         """For a request of request bytes, the parts of the scan runs a window with a plan may
         reach, in address order, as segments (seg_run, seg_lo, seg_hi: run seg_run's entries
         seg_lo..seg_hi-1; seg_run -1: a placeholder, one wall entry for what is skipped).
-        False (and no segments) when nothing is skipped: every run is swept whole
+        False when nothing is skipped: fill then sweeps every run whole, reading no segment
         (docs/core.md, "Moving": runs no window reaches are not swept).
 
         Only where the request is above the free bytes: a window of forced movers alone then
