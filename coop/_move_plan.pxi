@@ -182,7 +182,15 @@ cdef class MovePlanner:
             self.walk.push_back(r)
             self.skipped.push_back(plain)
             r = run.next
+        # is any stretch long enough to skip a part of? (else no segments: fill sweeps whole runs)
         n = self.walk.size()
+        entries = 0
+        for i in range(n):
+            entries = entries + <size_t>runs.runs[self.walk[i]].count if self.skipped[i] else 0
+            if entries > 2 * keep:
+                break
+        if entries <= 2 * keep:
+            return False
         i = 0
         while i < n:
             if not self.skipped[i]:

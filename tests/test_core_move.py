@@ -886,3 +886,30 @@ def test_a_window_of_movers_alone_deep_in_a_stretch_of_constants(Arena):
     if Arena is coop.Arena:
         assert arena.last_search()["entries"] == 300
     arena.check()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_eviction_loops_with_skipped_runs_agree_with_the_reference(seed):
+    """allocate_or_evict on the stretches of constants above, requests above the free bytes
+    (the sweep skips): same offsets, moves, pieces, counters and logs as the reference, and
+    the core's searches wrote fewer entries than there were pieces."""
+    (core, reference), now, free = constant_stretches(seed, 0.01)
+    requests = [free + 64, 700, 1200]
+    results = []
+    for arena in (core, reference):
+        arena.start_log()
+        moved = []
+        out = []
+        for nbytes in requests:
+            try:
+                out.append(arena.allocate_or_evict(nbytes, EXPENSIVE, "coop", now,
+                                                   evictor(arena), move=lambda *m: moved.append(m)))
+            except MemoryError:
+                out.append("oom")
+        arena.check()
+        results.append((out, moved, arena.pieces(), comparable_stats(arena), arena.take_log()))
+    assert results[0] == results[1]
+    assert "oom" not in results[0][0][:2]
+    stats = core.stats()
+    assert stats["searches"] >= len(requests)
+    assert 0 < stats["search_entries"] < stats["search_pieces"]
