@@ -5,8 +5,9 @@ any coop trace) and each budget ratio (--ratios), coop and dtr replay it --repea
 (coop.trace.replay.replay, the trace loaded once). The decisions are the same in every repeat;
 the times are medians over the repeats, per search:
 - coop, from Arena.stats (docs/core.md, Counters): the pieces in the arena and the entries the
-  moving window's sweep wrote (fewer where runs no window reaches were skipped), `sweep` (search_fill_time: the scan runs swept
-  into the scratch arrays, h and a move's cost computed for every piece), `scans` (the
+  moving window's sweep wrote (fewer where runs no window reaches were skipped), `sweep`
+  (search_fill_time: the scan runs swept into the scratch arrays, h and a move's cost
+  computed for every entry swept), `scans` (the
   two-pointer scans: the evict-only window, the moving window's first pass), `plans` (the moving
   window's plans evaluated best first, and the chosen plan's destinations) and `other` (the rest
   of search_time: the clock reads, a choice made again with offloads counted);
@@ -65,13 +66,14 @@ def row(model, ratio, coop, dtr):
 
 
 HEADER = ("| model | ratio | status coop / dtr | searches coop / dtr | moving | plans per moving "
-          "search | pieces / entries swept per moving search | coop us per search: sweep | scans | plans | other | total | dtr us per "
-          "search | coop sweep / dtr search | total coop ms | dtr ms | dtr / coop |")
+          "search | pieces / entries swept per moving search | coop us per search: sweep | "
+          "scans | plans | other | total | dtr us per search | coop sweep / dtr search | "
+          "total coop ms | dtr ms | dtr / coop |")
 
 
 def table(rows):
-    lines = [HEADER, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-                     "| ---: | ---: | ---: | ---: | ---: |"]
+    lines = [HEADER, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                     "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['ratio']:.2f} | {r['coop_status']} / {r['dtr_status']} | "

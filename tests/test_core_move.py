@@ -487,6 +487,22 @@ def moving_request(arena, now):
     return None
 
 
+def eviction_loops(arena, requests, now):
+    """allocate_or_evict of each request under coop (a request that fails: "oom"), logged:
+    the offsets, the moves, the pieces, the comparable counters and the log, after check()."""
+    arena.start_log()
+    moved = []
+    out = []
+    for nbytes in requests:
+        try:
+            out.append(arena.allocate_or_evict(nbytes, EXPENSIVE, "coop", now, evictor(arena),
+                                               move=lambda *m: moved.append(m)))
+        except MemoryError:
+            out.append("oom")
+    arena.check()
+    return out, moved, arena.pieces(), comparable_stats(arena), arena.take_log()
+
+
 @pytest.mark.parametrize("rate", [0.0, 1 / 64])
 @pytest.mark.parametrize("seed", range(30))
 def test_moving_eviction_loops_agree_with_the_reference(seed, rate):
@@ -497,19 +513,7 @@ def test_moving_eviction_loops_agree_with_the_reference(seed, rate):
     assert moving_request(reference, now) == first
     if first is not None:
         requests.insert(0, first)
-    results = []
-    for arena in (core, reference):
-        arena.start_log()
-        moved = []
-        out = []
-        for nbytes in requests:
-            try:
-                out.append(arena.allocate_or_evict(nbytes, EXPENSIVE, "coop", now,
-                                                   evictor(arena), move=lambda *m: moved.append(m)))
-            except MemoryError:
-                out.append("oom")
-        arena.check()
-        results.append((out, moved, arena.pieces(), comparable_stats(arena), arena.take_log()))
+    results = [eviction_loops(arena, requests, now) for arena in (core, reference)]
     assert results[0] == results[1]
     if first is not None:
         assert results[0][3]["window_moves"] > 0 and results[0][1]
@@ -895,19 +899,7 @@ def test_eviction_loops_with_skipped_runs_agree_with_the_reference(seed):
     the core's searches wrote fewer entries than there were pieces."""
     (core, reference), now, free = constant_stretches(seed, 0.01)
     requests = [free + 64, 700, 1200]
-    results = []
-    for arena in (core, reference):
-        arena.start_log()
-        moved = []
-        out = []
-        for nbytes in requests:
-            try:
-                out.append(arena.allocate_or_evict(nbytes, EXPENSIVE, "coop", now,
-                                                   evictor(arena), move=lambda *m: moved.append(m)))
-            except MemoryError:
-                out.append("oom")
-        arena.check()
-        results.append((out, moved, arena.pieces(), comparable_stats(arena), arena.take_log()))
+    results = [eviction_loops(arena, requests, now) for arena in (core, reference)]
     assert results[0] == results[1]
     assert "oom" not in results[0][0][:2]
     stats = core.stats()
