@@ -16,7 +16,6 @@ minimum feasible ratio is at most dtr's and dte's, and each model's minimum. --p
 """
 import argparse
 import dataclasses
-import multiprocessing
 import os
 import sys
 
@@ -24,15 +23,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from coop.cli.bench import sweep, sweep_ratios  # noqa: E402
+from coop.cli.bench import sweep  # noqa: E402
 from coop.cli.claims import family_limit  # noqa: E402
 from coop.engine.policies import POLICIES  # noqa: E402
-from coop.trace import replay as R  # noqa: E402
 
-STEP = 0.01
-PATIENCE = 5
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the bench grid, the pool of sweeps and the arguments are grid_minima's
+from grid_minima import (PATIENCE, STEP, check_traces, grid_of, model_name,  # noqa: E402
+                         run_sweeps, trace_arguments)
+
 FAMILY = ("dtr", "dte")
 
 
@@ -45,10 +45,6 @@ def register(weights):
     for w in weights:
         POLICIES.setdefault(policy_name(w), dataclasses.replace(
             POLICIES["coop"], name=policy_name(w), excess_weight=w))
-
-
-def model_name(path):
-    return os.path.basename(path).split("-")[0]
 
 
 def task(args):
@@ -65,28 +61,13 @@ def measure(paths, weights, jobs, progress=True):
     policies = list(FAMILY) + [policy_name(w) for w in weights]
     tasks = []
     for path in paths:
-        base = R.unlimited(R.load(path))
-        peak = base["peak_bytes"]
-        ratios = sweep_ratios(STEP, base["lower_bound_bytes"] / peak)
+        ratios, peak = grid_of(path)
         tasks += [(path, p, peak, ratios) for p in policies]
     runs = {}
-    bar = tqdm(total=len(tasks), unit="sweep", disable=not progress)
-    if jobs == 1:
-        results = map(task, tasks)
-    else:
-        # the workers register the weights' policies too (spawned, they start from the package)
-        ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(jobs, initializer=register, initargs=(weights,))
-        results = pool.imap_unordered(task, tasks)
-    try:
-        for model, policy, by_ratio in results:
-            runs.setdefault(model, {})[policy] = by_ratio
-            bar.update()
-    finally:
-        bar.close()
-        if jobs != 1:
-            pool.terminate()
-            pool.join()
+    # spawned workers start from the package: they register the weights' policies too
+    for model, policy, by_ratio in run_sweeps(task, tasks, jobs, progress, initializer=register,
+                                              initargs=(weights,)):
+        runs.setdefault(model, {})[policy] = by_ratio
     return runs
 
 
@@ -158,12 +139,9 @@ def plot(runs, weights, png):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("traces", nargs="+", help="coop traces (e.g. a coop bench's traces/*.jsonl)")
+    trace_arguments(p)
     p.add_argument("--weights", default="0,0.25,0.5,0.75,1",
                    help="comma-separated weights in [0, 1] (default 0,0.25,0.5,0.75,1)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
-    p.add_argument("--png", default=None, help="write the two panels as a PNG")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     try:
         weights = [float(w) for w in args.weights.split(",")]
@@ -171,11 +149,7 @@ def main(argv=None):
         p.error(f"--weights: comma-separated numbers, got {args.weights!r}")
     if not weights or any(not 0.0 <= w <= 1.0 for w in weights):
         p.error(f"--weights: each must be a number in [0, 1], got {args.weights!r}")
-    if args.jobs < 1:
-        p.error("--jobs must be >= 1")
-    missing = [t for t in args.traces if not os.path.isfile(t)]
-    if missing:
-        p.error(f"no such trace: {missing[0]}")
+    check_traces(p, args)
     runs = measure(args.traces, weights, args.jobs, progress=not args.no_progress)
     print(" ".join(["python"] + sys.argv))
     print(table(runs, weights))

@@ -53,6 +53,30 @@ def task(args):
     return path, policy, shift, (min(ok) if ok else None)
 
 
+def run_sweeps(task, tasks, jobs, progress=True, initializer=None, initargs=()):
+    """task over tasks, yielding each result as it comes, a progress bar counting them: in this
+    process with jobs 1 (no pool: the tasks need not be picklable), else in a pool of jobs
+    workers (spawned, each running initializer(*initargs) first, when an initializer is
+    given)."""
+    pool = None
+    bar = tqdm(total=len(tasks), unit="sweep", disable=not progress)
+    if jobs == 1:
+        results = map(task, tasks)
+    else:
+        ctx = multiprocessing.get_context("spawn") if initializer else multiprocessing
+        pool = ctx.Pool(jobs, initializer=initializer, initargs=initargs)
+        results = pool.imap_unordered(task, tasks)
+    try:
+        for result in results:
+            yield result
+            bar.update()
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.terminate()     # every task is done, or one failed: nothing left to wait for
+            pool.join()
+
+
 def measure(paths, policies, shifts, jobs, progress=True):
     """{path: {policy: [minimum on grid 0, 1, ...]}}."""
     tasks = []
@@ -63,22 +87,26 @@ def measure(paths, policies, shifts, jobs, progress=True):
                 tasks.append((path, policy, peak, [round(r - k * STEP / shifts, 6) for r in grid],
                               k))
     mins = {p: {q: [None] * shifts for q in policies} for p in paths}
-    bar = tqdm(total=len(tasks), unit="sweep", disable=not progress)
-    if jobs == 1:       # in this process (no pool: the tasks need not be picklable)
-        results = map(task, tasks)
-    else:
-        pool = multiprocessing.Pool(jobs)
-        results = pool.imap_unordered(task, tasks)
-    try:
-        for path, policy, k, m in results:
-            mins[path][policy][k] = m
-            bar.update()
-    finally:
-        bar.close()
-        if jobs != 1:
-            pool.terminate()     # every task is done, or one failed: nothing left to wait for
-            pool.join()
+    for path, policy, k, m in run_sweeps(task, tasks, jobs, progress):
+        mins[path][policy][k] = m
     return mins
+
+
+def trace_arguments(p):
+    """The arguments every sweep script here takes: traces, --jobs, --png, --no-progress."""
+    p.add_argument("traces", nargs="+", help="coop traces (e.g. a coop bench's traces/*.jsonl)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--png", default=None, help="write the figure as a PNG")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def check_traces(p, opts):
+    """Refuse (p.error) a --jobs below 1 or a trace that is not a file."""
+    if opts.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {opts.jobs}")
+    missing = [t for t in opts.traces if not os.path.isfile(t)]
+    if missing:
+        p.error(f"no such trace: {missing[0]}")
 
 
 def fmt(xs):
@@ -137,16 +165,13 @@ def plot(paths, mins, policies, png):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("traces", nargs="+", help="coop traces (e.g. a coop bench's traces/*.jsonl)")
+    trace_arguments(p)
     p.add_argument("--policies", default="coop,dtr,dte,dtr-ideal",
                    help="comma-separated; the last is the reference (default "
                         "coop,dtr,dte,dtr-ideal)")
     p.add_argument("--shifts", type=int, default=8, help="grids per policy (>= 1; default 8)")
     p.add_argument("--slack", type=float, default=0.02,
                    help="the margin over the reference counted as within (default 0.02)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
-    p.add_argument("--png", default=None, help="write the means and ranges as a bar chart")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     opts = p.parse_args(argv)
     policies = [q.strip() for q in opts.policies.split(",") if q.strip()]
     unknown = [q for q in policies if q not in POLICIES]
@@ -154,11 +179,7 @@ def main(argv=None):
         p.error(f"--policies needs two or more of {', '.join(POLICIES)}; got {opts.policies!r}")
     if opts.shifts < 1:
         p.error(f"--shifts must be >= 1, got {opts.shifts}")
-    if opts.jobs < 1:
-        p.error(f"--jobs must be >= 1, got {opts.jobs}")
-    missing = [t for t in opts.traces if not os.path.isfile(t)]
-    if missing:
-        p.error(f"no such trace: {missing[0]}")
+    check_traces(p, opts)
     mins = measure(opts.traces, policies, opts.shifts, opts.jobs, not opts.no_progress)
     print(table(opts.traces, mins, policies, opts.shifts, opts.slack))
     if opts.png:

@@ -278,8 +278,6 @@ cdef class MovePlanner:
                      size_t request) noexcept
     cdef bint skip_runs(self, size_t request) noexcept
     cdef void _segment(self, int r, int lo, int hi) noexcept
-    cdef void _entry(self, ScanRun* run, int k, size_t j, bint kinds, double now, double rate,
-                     double price, double largest) noexcept
     cdef void window_details(self, size_t lo) noexcept
     cdef void details(self, size_t lo, size_t end) noexcept
     cdef void full(self, size_t total) noexcept

@@ -288,7 +288,7 @@ cdef class MovePlanner:
         cdef uint64_t word
         cdef int i
         cdef size_t seg = 0, n_seg = 0
-        cdef int k0 = 0, k1 = 0
+        cdef int k0 = 0, k1 = 0, n, kend
         cdef bint skipping = self.skip_runs(request)
         if skipping:
             n_seg = self.seg_run.size()
@@ -323,20 +323,15 @@ cdef class MovePlanner:
             self.run_base.push_back(base)
             self.run_k0.push_back(k0)
             self.run_k1.push_back(k1)
-            if k0 != 0 or k1 != run.count:
-                # part of a run (the ends of a stretch skip_runs skipped): one entry at a time,
-                # each as the loops below compute it
-                for k in range(k0, k1):
-                    self._entry(run, k, base + <size_t>(k - k0), kinds, now, rate, price,
-                                largest)
-                base += <size_t>(k1 - k0)
-                continue
+            # entries k0..k1-1 of the run (all of it, or an end of a stretch skip_runs skips):
+            # entry k goes to base + k - k0. No branch: the compiler vectorises the loops, 16
+            # entries at a time; they run on to a multiple of 16 within the run (its unused
+            # slots hold stale numbers, and the next entries, written after, replace what they
+            # give) so that a whole run's entries take no scalar tail
+            n = k1 - k0
+            kend = min(k0 + ((n + 15) & ~15), RUN_LEN)
             if kinds:
-                # no branch: the compiler vectorises it, 16 entries at a time; the loop runs
-                # on to a multiple of 16 (the run's unused slots hold stale numbers, and the
-                # next run's entries, written after, replace what they give) so no entry takes
-                # the scalar tail
-                for k in range((run.count + 15) & ~15):
+                for k in range(k0, kend):
                     c = run.cprime[k]               # a free piece's is 0
                     s = now - run.last_access[k]
                     s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
@@ -350,30 +345,32 @@ cdef class MovePlanner:
                     # a mover: movable, held by a free piece, not a candidate or cheaper to
                     # move (_mlimit)
                     mover = fits & (m < run.mlimit[k])
-                    vs[base + k] = (m if mover else c) / s
+                    vs[base + k - k0] = (m if mover else c) / s
                     # the first pass's kind: not a wall, a forced mover, a free piece
-                    ks[base + k] = ((free | cand | movable) * K_KEEP
-                                    | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
+                    ks[base + k - k0] = ((free | cand | movable) * K_KEEP
+                                         | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
             else:
                 # no kinds (the quick pass reads the flags): doubles only, vectorised
-                for k in range((run.count + 15) & ~15):
+                for k in range(k0, kend):
                     c = run.cprime[k]
                     s = now - run.last_access[k]
                     s = s if s > 1.0 else 1.0
                     rt = price * run.dsize[k] * s if price > 0.0 else 0.0
                     m = run.dsize[k] * rate + rt
                     mover = (run.dsize[k] <= largest) & (m < run.mlimit[k])   # doubles only
-                    vs[base + k] = (m if mover else c) / s
-                memcpy(&scan.flags[base], run.flags, run.count)
-            memcpy(&scan.size[base], run.size, run.count * sizeof(size_t))
-            # free pieces are few: eight flags at a time, those with a free one looked into
-            for k in range(0, run.count, 8):
+                    vs[base + k - k0] = (m if mover else c) / s
+                memcpy(&scan.flags[base], &run.flags[k0], n)
+            memcpy(&scan.size[base], &run.size[k0], n * sizeof(size_t))
+            # free pieces are few: eight flags at a time (aligned), those with a free one
+            # looked into
+            for k in range(k0 & ~7, k1, 8):
                 memcpy(&word, &run.flags[k], 8)
                 if word & <uint64_t>0x0101010101010101ULL:
-                    for i in range(k, min(k + 8, run.count)):
+                    for i in range(max(k, k0), min(k + 8, k1)):
                         if run.flags[i] & W_FREE:
-                            self.bins.push_back(SizeOffset(SIZE_MAX - run.size[i], base + i))
-            base += run.count
+                            self.bins.push_back(SizeOffset(SIZE_MAX - run.size[i],
+                                                           base + <size_t>(i - k0)))
+            base += <size_t>n
             if not skipping:
                 r = run.next
         total = base
@@ -383,31 +380,6 @@ cdef class MovePlanner:
         if costs:
             self.details(0, total)
         return total
-
-    cdef inline void _entry(self, ScanRun* run, int k, size_t j, bint kinds, double now,
-                            double rate, double price, double largest) noexcept:
-        """Entry j of fill's arrays from run's entry k, as fill's loops compute it."""
-        cdef Chooser scan = self.scan
-        cdef double c = run.cprime[k]
-        cdef double s = now - run.last_access[k]
-        s = s if s > 1.0 else 1.0
-        cdef double rt = price * run.dsize[k] * s if price > 0.0 else 0.0
-        cdef double m = run.dsize[k] * rate + rt
-        cdef unsigned char fl = run.flags[k]
-        cdef unsigned char free = (fl & W_FREE) != 0
-        cdef unsigned char cand = (fl & W_CANDIDATE) != 0
-        cdef unsigned char fits = run.dsize[k] <= largest
-        cdef unsigned char movable = ((fl & W_MOVABLE) != 0) & fits
-        cdef unsigned char mover = fits & (m < run.mlimit[k])
-        self.v[j] = (m if mover else c) / s
-        if kinds:
-            self.kind[j] = ((free | cand | movable) * K_KEEP
-                            | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
-        else:
-            scan.flags[j] = fl
-        scan.size[j] = run.size[k]
-        if free:
-            self.bins.push_back(SizeOffset(SIZE_MAX - run.size[k], j))
 
     cdef void window_details(self, size_t lo) noexcept:
         """The details of the smallest window from lo that covers the request, before a bound

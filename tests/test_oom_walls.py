@@ -47,4 +47,3 @@ def test_a_folder_without_failures_or_runs_is_an_error(tmp_path, capsys):
     (tmp_path / "runs.json").write_text(json.dumps([row("a", "coop", 1, 2, 0, 0, 2, 0, 0, "ok")]))
     with pytest.raises(SystemExit, match="no replay of coop ran out of memory"):
         oom_walls.main([str(tmp_path)])
-

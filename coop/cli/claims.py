@@ -99,6 +99,8 @@ def _all_complete(by_policy):
 
 #: coop's overhead against the DTR family: at most min(dtr, dte) times (1 + FAMILY_SLACK)
 FAMILY_SLACK = 0.005
+
+
 def family_limit(dtr_overhead, dte_overhead):
     """The most overhead the DTR-family claim allows at a ratio where dtr and dte complete:
     min(dtr, dte) * (1 + FAMILY_SLACK), and 1e-12 relative for the sums' rounding."""
