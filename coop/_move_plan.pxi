@@ -28,6 +28,47 @@ cdef void _insert_desc(vector[size_t]& chosen, size_t x) noexcept:
     chosen.insert(chosen.begin() + i, x)
 
 
+cdef inline void _ways_out(double* vs, unsigned char* ks, double* cprime, double* last,
+                           double* dsize, double* mlimit, unsigned char* flags, int n,
+                           double now, double rate, double price, double largest) noexcept:
+    """MovePlanner.fill's sweep of n scan entries (from cprime, last, dsize, mlimit and flags:
+    a run's arrays, from its first entry swept): each entry's cheapest way out into vs, and
+    its kind for the counting pass into ks (NULL: none, the quick pass reads the flags). No
+    branch in the loop: the compiler vectorises it, 16 entries at a time (ks is tested once,
+    outside)."""
+    cdef int k
+    cdef double s, c, m, rt
+    cdef unsigned char fl, free, cand, movable, mover, fits
+    if ks != NULL:
+        for k in range(n):
+            c = cprime[k]               # a free piece's is 0
+            s = now - last[k]
+            s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
+            rt = price * dsize[k] * s if price > 0.0 else 0.0
+            m = dsize[k] * rate + rt     # the copy, and the room it takes
+            fl = flags[k]
+            free = (fl & W_FREE) != 0
+            cand = (fl & W_CANDIDATE) != 0
+            fits = dsize[k] <= largest
+            movable = ((fl & W_MOVABLE) != 0) & fits
+            # a mover: movable, held by a free piece, not a candidate or cheaper to move
+            # (_mlimit)
+            mover = fits & (m < mlimit[k])
+            vs[k] = (m if mover else c) / s
+            # the first pass's kind: not a wall, a forced mover, a free piece
+            ks[k] = ((free | cand | movable) * K_KEEP
+                     | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
+    else:
+        for k in range(n):
+            c = cprime[k]
+            s = now - last[k]
+            s = s if s > 1.0 else 1.0
+            rt = price * dsize[k] * s if price > 0.0 else 0.0
+            m = dsize[k] * rate + rt
+            mover = (dsize[k] <= largest) & (m < mlimit[k])   # doubles only
+            vs[k] = (m if mover else c) / s
+
+
 @cython.final
 cdef class MovePlanner:
     """Chooses the window whose pieces leave by eviction or by moving, whichever is cheaper."""
@@ -283,12 +324,10 @@ cdef class MovePlanner:
         cdef ScanRun* run
         cdef int r = runs.first, k
         cdef size_t base = 0
-        cdef double s, c, m, rt
-        cdef unsigned char fl, free, cand, movable, mover, fits
         cdef uint64_t word
         cdef int i
         cdef size_t seg = 0, n_seg = 0
-        cdef int k0 = 0, k1 = 0, n, kend
+        cdef int k0 = 0, k1 = 0, n
         cdef bint skipping = self.skip_runs(request)
         if skipping:
             n_seg = self.seg_run.size()
@@ -323,42 +362,15 @@ cdef class MovePlanner:
             self.run_base.push_back(base)
             self.run_k0.push_back(k0)
             self.run_k1.push_back(k1)
-            # entries k0..k1-1 of the run (all of it, or an end of a stretch skip_runs skips):
-            # entry k goes to base + k - k0. No branch: the compiler vectorises the loops, 16
-            # entries at a time; they run on to a multiple of 16 within the run (its unused
+            # entries k0..k1-1 of the run (all of it, or an end of a stretch skip_runs skips)
+            # go to base..: the sweep runs on to a multiple of 16 within the run (its unused
             # slots hold stale numbers, and the next entries, written after, replace what they
             # give) so that a whole run's entries take no scalar tail
             n = k1 - k0
-            kend = min(k0 + ((n + 15) & ~15), RUN_LEN)
-            if kinds:
-                for k in range(k0, kend):
-                    c = run.cprime[k]               # a free piece's is 0
-                    s = now - run.last_access[k]
-                    s = s if s > 1.0 else 1.0       # _stale, in the form that vectorises
-                    rt = price * run.dsize[k] * s if price > 0.0 else 0.0
-                    m = run.dsize[k] * rate + rt     # the copy, and the room it takes
-                    fl = run.flags[k]
-                    free = (fl & W_FREE) != 0
-                    cand = (fl & W_CANDIDATE) != 0
-                    fits = run.dsize[k] <= largest
-                    movable = ((fl & W_MOVABLE) != 0) & fits
-                    # a mover: movable, held by a free piece, not a candidate or cheaper to
-                    # move (_mlimit)
-                    mover = fits & (m < run.mlimit[k])
-                    vs[base + k - k0] = (m if mover else c) / s
-                    # the first pass's kind: not a wall, a forced mover, a free piece
-                    ks[base + k - k0] = ((free | cand | movable) * K_KEEP
-                                         | (movable & (cand ^ 1)) * K_FORCED | free * K_FREE)
-            else:
-                # no kinds (the quick pass reads the flags): doubles only, vectorised
-                for k in range(k0, kend):
-                    c = run.cprime[k]
-                    s = now - run.last_access[k]
-                    s = s if s > 1.0 else 1.0
-                    rt = price * run.dsize[k] * s if price > 0.0 else 0.0
-                    m = run.dsize[k] * rate + rt
-                    mover = (run.dsize[k] <= largest) & (m < run.mlimit[k])   # doubles only
-                    vs[base + k - k0] = (m if mover else c) / s
+            _ways_out(&vs[base], &ks[base] if kinds else NULL, &run.cprime[k0],
+                      &run.last_access[k0], &run.dsize[k0], &run.mlimit[k0], &run.flags[k0],
+                      min((n + 15) & ~15, RUN_LEN - k0), now, rate, price, largest)
+            if not kinds:
                 memcpy(&scan.flags[base], &run.flags[k0], n)
             memcpy(&scan.size[base], &run.size[k0], n * sizeof(size_t))
             # free pieces are few: eight flags at a time (aligned), those with a free one
