@@ -28,6 +28,21 @@ cdef void _insert_desc(vector[size_t]& chosen, size_t x) noexcept:
     chosen.insert(chosen.begin() + i, x)
 
 
+cdef inline bint _plain(ScanRun* run) noexcept:
+    """Whether run holds no free and no candidate entry (walls and forced movers only): eight
+    flags at a time, none past its count read."""
+    cdef int k
+    cdef uint64_t word
+    for k in range(0, run.count & ~7, 8):
+        memcpy(&word, &run.flags[k], 8)
+        if word & <uint64_t>0x0303030303030303ULL:
+            return False
+    for k in range(run.count & ~7, run.count):
+        if run.flags[k] & (W_FREE | W_CANDIDATE):
+            return False
+    return True
+
+
 cdef inline void _ways_out(double* vs, unsigned char* ks, double* cprime, double* last,
                            double* dsize, double* mlimit, unsigned char* flags, int n,
                            double now, double rate, double price, double largest) noexcept:
@@ -187,9 +202,7 @@ cdef class MovePlanner:
         cdef cset[SizeOffset].iterator it = table.free_index.begin()
         cdef size_t free_bytes = 0, i, a, b, n, entries, need, j, c
         cdef ScanRun* run
-        cdef int r, k
-        cdef uint64_t word
-        cdef unsigned char plain
+        cdef int r
         cdef size_t keep = <size_t>table.n_free + 1
         cdef bint any_skipped = False
         self.walk.clear()
@@ -204,34 +217,24 @@ cdef class MovePlanner:
             preincrement(it)
         if request <= free_bytes:
             return False
-        # runs in order, each marked plain when it has no free or candidate entry (flags past
-        # count are not read)
+        # is a stretch of plain runs long enough to skip a part of? (in most searches not:
+        # then nothing is built, and fill sweeps whole runs)
+        entries = 0
         r = runs.first
         while r >= 0:
             run = &runs.runs[r]
-            plain = 1
-            for k in range(0, run.count & ~7, 8):
-                memcpy(&word, &run.flags[k], 8)
-                if word & <uint64_t>0x0303030303030303ULL:
-                    plain = 0
-                    break
-            if plain:
-                for k in range(run.count & ~7, run.count):
-                    if run.flags[k] & (W_FREE | W_CANDIDATE):
-                        plain = 0
-                        break
-            self.walk.push_back(r)
-            self.skipped.push_back(plain)
-            r = run.next
-        # is any stretch long enough to skip a part of? (else no segments: fill sweeps whole runs)
-        n = self.walk.size()
-        entries = 0
-        for i in range(n):
-            entries = entries + <size_t>runs.runs[self.walk[i]].count if self.skipped[i] else 0
+            entries = entries + <size_t>run.count if _plain(run) else 0
             if entries > 2 * keep:
                 break
+            r = run.next
         if entries <= 2 * keep:
             return False
+        r = runs.first
+        while r >= 0:
+            self.walk.push_back(r)
+            self.skipped.push_back(_plain(&runs.runs[r]))
+            r = runs.runs[r].next
+        n = self.walk.size()
         i = 0
         while i < n:
             if not self.skipped[i]:
