@@ -786,7 +786,7 @@ cdef class Arena:
         cdef vector[int] victims
         cdef MovePlan plan
         memset(&self.chooser.phases, 0, sizeof(SearchPhases))
-        _choose(self, size, code, _clock_arg(now), victims, &plan)
+        _choose(self, size, code, _clock_arg(now), victims, &plan, None)
         return {
             "victims": [self.storages.at[s].sid for s in victims],
             "moves": [(self.storages.at[plan.moves[k]].sid, plan.dst[k])
@@ -926,6 +926,12 @@ cdef class Evictor:
         return True for the eviction loop to choose again; False (the default) and the
         allocation fails. An owner widens a finite number of times."""
         return False
+
+    cdef int price(self, Arena arena) except -1:
+        """A choice that counts offloads is about to be made: the owner may price its offers
+        anew for it (Arena.c_set_offload; the host tier's known next reads). The default
+        changes nothing."""
+        return 0
 
 
 cdef class _CallbackEvictor(Evictor):

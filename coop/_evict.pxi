@@ -17,14 +17,21 @@ cdef void _remirror(Arena a, bint offloads) noexcept:
 
 
 cdef bint _choose(Arena a, size_t size, int code, double now, vector[int]& victims,
-                  MovePlan* plan) noexcept:
+                  MovePlan* plan, Evictor evictor) except -1:
     """The policy's choice for size bytes; True when it was made with offloads counted as a
     way out. With offload_last (the default) offloads count only when no choice exists
-    without them: the scan runs again with them (docs/core.md, "The host tier")."""
-    a.chooser.choose(size, code, now, a.move_rate, victims, plan)
+    without them: the scan runs again with them (docs/core.md, "The host tier"). Before a
+    choice that counts offloads, the evictor (None: the arena's own Python choose) may price
+    its offers anew (Evictor.price)."""
     if not a.offload_last:
+        if a.n_offload > 0 and evictor is not None:
+            evictor.price(a)
+        a.chooser.choose(size, code, now, a.move_rate, victims, plan)
         return a.n_offload > 0
+    a.chooser.choose(size, code, now, a.move_rate, victims, plan)
     if victims.empty() and plan.moves.empty() and a.n_offload > 0 and not a.offload_held:
+        if evictor is not None:
+            evictor.price(a)
         _remirror(a, True)
         a.chooser.choose(size, code, now, a.move_rate, victims, plan)
         _remirror(a, False)
@@ -99,7 +106,7 @@ cdef class EvictionLoop:
                 return off
             memset(&arena.chooser.phases, 0, sizeof(SearchPhases))
             t0 = _monotonic()
-            taken = _choose(arena, size, code, now, victims, &plan)
+            taken = _choose(arena, size, code, now, victims, &plan, evictor)
             self.counts.search_time += _monotonic() - t0
             self.counts.searches += 1
             _add_phases(&self.counts.phases, &arena.chooser.phases)

@@ -530,3 +530,83 @@ def test_a_constant_made_where_it_lies_is_not_copied_out_ahead(tmp_path, settle)
     assert r["bytes_d2h"] == 7168 and r["offloads"] == 3
     hidden = 2048 * D2H if settle else 0.0
     assert r["copy_hidden"] == pytest.approx(hidden)
+
+
+#: two constants: a (2048 bytes) read by f, then 1e6 ns of x1, and by k right after h; b
+#: (2560) read by g just before h, and next by m, after 1e6 ns of y1. h's output needs one of
+#: them to leave (budget 6656): a is the stalest, b the one read last
+NEXT = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 2048},
+    {"op": "constant", "id": 1, "size": 2560},
+    call("f", [0], 2, 512), call("x1", [2], 3, 512, 1e6), {"op": "release", "id": 2},
+    call("g", [1], 4, 512), {"op": "release", "id": 3},
+    call("h", [4], 5, 2048), {"op": "release", "id": 4},
+    call("k", [0, 5], 6, 512), {"op": "release", "id": 5},
+    call("y1", [6], 7, 512, 1e6), {"op": "release", "id": 6},
+    call("m", [1, 7], 8, 512),
+]
+
+
+@pytest.mark.parametrize("lookahead, pricing, leaves", [
+    (0, True, 0),        # no reference: priced by staleness, a leaves (and b at k for it)
+    (1, False, 0),       # a reference, not priced by it: the same choice
+    (1, True, 1),        # priced by the next read: b leaves, a stays for k
+])
+def test_a_constants_offload_is_priced_by_its_next_read(tmp_path, lookahead, pricing, leaves):
+    """With lookahead the trace is the engine's reference: before a choice that counts
+    offloads, each resident constant on offer is priced by the time until its next read
+    (the copies over that time), not by its staleness. At h, a is the stalest but k reads it
+    next; b was read just before but not again until m: the window offloads b, and a never
+    leaves. Priced by staleness, a leaves at h and comes back for k, b leaving for it."""
+    program = R.load(write(tmp_path / "next.jsonl", NEXT))
+    rp = Replayer(program, Arena(6656, 512), "coop-offload", 0.0, R.copy_cost(program), None,
+                  R.host_link(program), lookahead)
+    e = rp.engine
+    e.read_pricing = pricing
+    rp.run(0, 8)                                       # through h
+    assert e.offloads == 1
+    assert rp.resident_values() == [v for v in (0, 1, 4, 5) if v != leaves]
+    if lookahead:
+        # the time until each one's next read, from h's start: h; h, k and y1
+        assert e.next_read(rp.storage_of(0)) == 1e4
+        assert e.next_read(rp.storage_of(1)) == 1e4 + 1e4 + 1e6
+    else:
+        assert e.next_read(rp.storage_of(0)) is None
+    rp.run(8)
+    rp.finish()
+    t = e.tier_counters()
+    assert (t["offloads"], t["bytes_h2d"]) == ((1, 2560) if leaves else (2, 2048 + 2560))
+    e.arena.check()
+
+
+def test_a_live_run_prices_offloads_by_the_previous_steps_reads():
+    """In a live run with lookahead the previous step is the reference: from the second step
+    on, after the forward pass, every parameter's next read is known (the backward pass or
+    the update reads it, within a step), and the training stays bit-identical with offloads
+    priced by it. Without lookahead nothing is known."""
+    budget, _, (ref_losses, reference) = below_the_bound(lambda rt: train_gpt(rt, steps=3))
+    for lookahead in (0, 8):
+        rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu",
+                          lookahead=lookahead)
+        model = GPT(rt, 32, 16, 2, 2, 128, rng=0)
+        opt = AdamW(model.parameters(), lr=1e-2)
+        rng = np.random.default_rng(1)
+        losses = []
+        for i in range(3):
+            idx = rng.integers(0, 32, (2, 16))
+            loss = model.loss(idx, np.roll(idx, -1, axis=1))
+            until = [rt._engine.next_read(p.storage.sid) for p in model.parameters()]
+            if lookahead and i > 0:
+                length = rt._engine.stats()["clock"] / i    # about one step
+                assert all(t is not None and 0 < t < 2 * length for t in until)
+            else:
+                assert until == [None] * len(until)
+            losses.append(float(loss.numpy()))
+            step(opt, loss, False)
+            del loss
+        assert losses == ref_losses
+        for p, b in zip(model.parameters(), reference):
+            np.testing.assert_array_equal(p.numpy(), b)
+        assert rt.stats()["offloads"] > 0
+        rt.arena.check()

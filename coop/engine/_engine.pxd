@@ -151,6 +151,19 @@ cdef class _Tier(_Room):
     cdef public bint step_prefetch     # a live run: prefetch by the previous step's order of ops
     cdef vector[vector[int]] prev_reads   # ... the constants each op of the previous step read
     cdef vector[vector[int]] cur_reads    # ... and of this step, so far
+    cdef vector[double] cur_times      # ... the clock at each of this step's ops, from its start
+    cdef double step_began             # the clock when this step began
+    # the reference, what the engine knows of the future (with lookahead: the trace in a
+    # replay, the previous step in a live run): positions (records; ops of a step), the
+    # reference's clock at each and at its end, and per storage the positions that read it
+    cdef vector[double] ref_time       # ref_time[p]: the reference's clock when p starts
+    cdef vector[vector[int]] ref_reads # per storage id, ascending
+    cdef vector[int] ref_known         # storage ids with reads (the dead dropped lazily)
+    cdef vector[unsigned char] ref_listed   # ... a storage id is in ref_known
+    cdef Py_ssize_t ref_pos            # the position running now (-1: none)
+    cdef public bint read_pricing      # price constants' offloads by their next read (default)
+    cdef int c_ref_reads(self, int s, int* positions, Py_ssize_t n) except -1
+    cdef double c_next_read(self, int s) noexcept
     cdef double d2h_free_at, h2d_free_at      # when each copy engine is next free (the clock)
     cdef vector[int] host_fifo         # storages put in the host tier, oldest first (may be stale)
     cdef size_t host_head              # host_fifo's first entry still to look at

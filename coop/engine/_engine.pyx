@@ -202,6 +202,8 @@ cdef class Engine(_InPlace):
         if lookahead < 0:
             raise ValueError(f"lookahead must be a number of ops >= 0, got {lookahead}")
         self.lookahead = lookahead if self.offloading else 0
+        self.ref_pos = -1
+        self.read_pricing = True
         if self.offloading and not record.offload_last:
             self.arena.c_count_offloads(True)
 

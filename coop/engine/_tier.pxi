@@ -244,6 +244,81 @@ cdef class _Tier(_Room):
         self.copy_hidden += <double>self.size[s] * self.h2d_rate   # less what c_await waits
         return True
 
+    cdef int c_ref_reads(self, int s, int* positions, Py_ssize_t n) except -1:
+        """The reference's positions (ascending, n of them) that read storage s."""
+        if self.ref_reads.size() <= <size_t>s:
+            self.ref_reads.resize(s + 1)
+            self.ref_listed.resize(s + 1, 0)
+        self.ref_reads[s].assign(positions, positions + n)
+        if n > 0 and not self.ref_listed[s]:
+            self.ref_listed[s] = 1
+            self.ref_known.push_back(s)
+        return 0
+
+    cdef double c_next_read(self, int s) noexcept:
+        """The reference's clock at s's next read after the running position (its first read
+        plus the reference's length when none is left: the next step reads as this one);
+        INFINITY when none is known."""
+        cdef vector[int]* r
+        cdef size_t lo, hi, mid
+        if self.ref_pos < 0 or <size_t>s >= self.ref_reads.size() \
+                or <size_t>self.ref_pos + 1 >= self.ref_time.size():
+            return INFINITY
+        r = &self.ref_reads[s]
+        if r.empty():
+            return INFINITY
+        lo, hi = 0, r.size()
+        while lo < hi:        # the first position after ref_pos
+            mid = (lo + hi) // 2
+            if r[0][mid] <= self.ref_pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < r.size():
+            return self.ref_time[r[0][lo]]
+        return self.ref_time.back() + self.ref_time[r[0][0]]
+
+    cdef int price(self, Arena arena) except -1:
+        """Before a choice that counts offloads: with a reference (lookahead), each resident
+        constant on offer whose next read is known is priced by it (docs/core.md, "The host
+        tier"): the copies over the time until that read rather than over its staleness, so
+        a parameter the next layers read stays and one read only in the next step leaves
+        first. The scan divides a way out by staleness: the offer is set to the copies times
+        staleness over the time until the read. Staleness misleads for what a training step
+        reads cyclically: the parameters of the layers just ahead are the stalest."""
+        cdef size_t k, kept = 0
+        cdef int s, slot
+        cdef double nxt, until, stale, rate, now_ref
+        if not self.read_pricing or self.ref_pos < 0 \
+                or <size_t>self.ref_pos + 1 >= self.ref_time.size():
+            return 0
+        now_ref = self.ref_time[self.ref_pos]
+        for k in range(self.ref_known.size()):
+            s = self.ref_known[k]
+            if not self.alive[s] or self.ref_reads[s].empty():
+                self.ref_listed[s] = 0
+                continue
+            self.ref_known[kept] = s
+            kept += 1
+            slot = self.slot[s]
+            if self.producer[s] >= 0 or self.offset[s] < 0 or slot < 0 \
+                    or arena.c_offload_cost(slot) == INFINITY:
+                continue
+            nxt = self.c_next_read(s)
+            if nxt == INFINITY:
+                continue
+            until = nxt - now_ref
+            if until < 1.0:
+                until = 1.0
+            stale = self.now - arena.c_last_access(slot)
+            if not stale > 1.0:
+                stale = 1.0
+            rate = self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate
+            arena.c_set_offload(slot, <double>arena.request_size(self.size[s]) * rate
+                                * stale / until)
+        self.ref_known.resize(kept)
+        return 0
+
     cdef int c_await(self, int s) except -1:
         """s is about to be read: the clock waits for what is left of its prefetched copy."""
         if self.ready_at[s] > 0.0:
@@ -315,14 +390,50 @@ cdef class _Tier(_Room):
         for s in inputs:
             if self.producer[s] < 0:
                 consts.push_back(s)
+        # this op's position in the reference: the previous step's op at the same place
+        self.ref_pos = <Py_ssize_t>self.cur_reads.size()
         self.cur_reads.push_back(consts)
+        self.cur_times.push_back(self.now - self.step_began)
         return 0
 
     def step(self):
         """A training step ended (the runtime's optimizers say so): this step's order of reads
-        becomes the one the next step prefetches by."""
+        becomes the one the next step prefetches by, and the reference its offers are priced
+        by (price: each constant's next read, at the clock this step's op at that place
+        started)."""
+        cdef size_t k
+        cdef int s
+        for s in self.ref_known:
+            self.ref_reads[s].clear()
+            self.ref_listed[s] = 0
+        self.ref_known.clear()
+        self.ref_time.swap(self.cur_times)
+        self.ref_time.push_back(self.now - self.step_began)
+        for k in range(self.cur_reads.size()):
+            for s in self.cur_reads[k]:
+                if self.ref_reads.size() <= <size_t>s:
+                    self.ref_reads.resize(s + 1)
+                    self.ref_listed.resize(s + 1, 0)
+                if self.ref_reads[s].empty() or self.ref_reads[s].back() != <int>k:
+                    self.ref_reads[s].push_back(<int>k)
+                if not self.ref_listed[s]:
+                    self.ref_listed[s] = 1
+                    self.ref_known.push_back(s)
+        self.cur_times.clear()
+        self.step_began = self.now
+        self.ref_pos = -1
         self.prev_reads.swap(self.cur_reads)
         self.cur_reads.clear()
+
+    def next_read(self, int s):
+        """The reference's clock at storage s's next read after the op running now (its first
+        read plus the reference's length when none is left in it), less the clock at that op's
+        start: the time until s is read again, as price() counts it; None when not known (no
+        lookahead, or s read nowhere in the reference)."""
+        cdef double t = self.c_next_read(s)
+        if t == INFINITY:
+            return None
+        return t - self.ref_time[self.ref_pos]
 
     def tier_counters(self):
         """The host tier's counters (Runtime.stats, replays, coop bench)."""

@@ -257,6 +257,7 @@ cdef class Replayer:
     cdef vector[unsigned char] held    # the program holds the value (defined, not released)
     cdef readonly long long records
     cdef readonly int last_op          # the program op of the last call or mutate run, or -1
+    cdef vector[int] read_ptr, reads   # the engine's reference: per value, the records reading it
 
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
                  copy_cost=None, host_budget=None, link=None, int lookahead=0):
@@ -270,6 +271,48 @@ cdef class Replayer:
         self.sid_of.assign(prog.n_values, -1)
         self.held.assign(prog.n_values, 0)
         self.last_op = -1
+        if self.engine.lookahead > 0:
+            self._reference()
+
+    cdef int _reference(self) except -1:
+        """With lookahead the trace is the engine's reference (Engine.c_next_read): its
+        records are the positions, the first run's cost before each its clock, and each
+        value's reads the call and mutate records whose inputs hold it."""
+        cdef Program p = self.prog
+        cdef Py_ssize_t i, n = p.rec_kind.size()
+        cdef int t, k, v
+        cdef vector[int] count, last
+        cdef double clock = 0.0
+        cdef Engine e = self.engine
+        count.assign(p.n_values + 1, 0)
+        last.assign(p.n_values, -1)
+        e.ref_time.clear()
+        for i in range(n):
+            e.ref_time.push_back(clock)
+            if p.rec_kind[i] == R_CALL or p.rec_kind[i] == R_MUTATE:
+                t = p.rec_arg[i]
+                clock += p.cost[t]
+                for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
+                    v = p.ins[k]
+                    if last[v] != i:
+                        last[v] = <int>i
+                        count[v + 1] += 1
+        e.ref_time.push_back(clock)
+        for v in range(p.n_values):
+            count[v + 1] += count[v]
+        self.read_ptr = count
+        self.reads.assign(count[p.n_values], 0)
+        last.assign(p.n_values, -1)
+        for i in range(n):
+            if p.rec_kind[i] == R_CALL or p.rec_kind[i] == R_MUTATE:
+                t = p.rec_arg[i]
+                for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
+                    v = p.ins[k]
+                    if last[v] != i:
+                        last[v] = <int>i
+                        self.reads[count[v]] = <int>i
+                        count[v] += 1
+        return 0
 
     def run(self, start=0, stop=None):
         """Replay records [start, stop); raises OutOfMemoryError, or Thrash."""
@@ -286,6 +329,7 @@ cdef class Replayer:
                     and kind != R_RELEASE and not self.held[arg]:
                 self._unheld(arg, i)
             if kind == R_CALL or kind == R_MUTATE:
+                e.ref_pos = i
                 self._apply(arg, kind == R_MUTATE)
                 if e.lookahead > 0:
                     self._prefetch(i)
@@ -385,6 +429,9 @@ cdef class Replayer:
         self.sid_of[v] = s
         self.held[v] = 1
         self.engine.c_retain(s)
+        if self.read_ptr.size() > 0:
+            self.engine.c_ref_reads(s, self.reads.data() + self.read_ptr[v],
+                                    self.read_ptr[v + 1] - self.read_ptr[v])
         return 0
 
     cdef int _apply(self, int t, bint mutate) except -1:
