@@ -262,10 +262,11 @@ def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
     small.arena.check()
 
 
-def train_gpt(rt, steps=3, in_backward=False):
+def train_gpt(rt, steps=3, in_backward=False, each=None):
     """AdamW steps of a small, wide GPT (parameters and moments dominate its activations);
     returns the losses and copies of the parameters. in_backward: each parameter updated inside
-    the backward pass (Optimizer.backward_step)."""
+    the backward pass (Optimizer.backward_step); each(i, model): called after step i's forward
+    pass."""
     model = GPT(rt, 32, 16, 2, 2, 128, rng=0)
     opt = AdamW(model.parameters(), lr=1e-2)
     rng = np.random.default_rng(1)
@@ -273,6 +274,8 @@ def train_gpt(rt, steps=3, in_backward=False):
     for _ in range(steps):
         idx = rng.integers(0, 32, (2, 16))
         loss = model.loss(idx, np.roll(idx, -1, axis=1))
+        if each is not None:
+            each(len(losses), model)
         losses.append(float(loss.numpy()))
         step(opt, loss, in_backward)
         del loss
@@ -580,6 +583,28 @@ def test_a_constants_offload_is_priced_by_its_next_read(tmp_path, lookahead, pri
     e.arena.check()
 
 
+def test_a_storage_id_reused_after_death_has_no_reads_in_the_reference():
+    """The reference's reads are a storage's, not its id's: a constant that dies takes its
+    reads with it, so a new constant given the same id has no known next read."""
+    rt = coop.Runtime(coop.numpy_allocator(1 << 20), policy="coop-offload", cost="cpu",
+                      lookahead=8)
+    w = rt.tensor(np.ones(1000, np.float32))
+    a = rt.tensor(np.ones(1000, np.float32))
+    b = (a * 2.0) * w
+    rt.mark_step()                      # the reference: a, then w
+    d = w * 3.0                         # the next step's first op: a position in it
+    sid = a.storage.sid
+    assert rt._engine.next_read(sid) is not None
+    assert rt._engine.next_read(w.storage.sid) is not None
+    del a, b
+    c = rt.tensor(np.zeros(1000, np.float32))
+    assert c.storage.sid == sid         # the id is reused
+    assert rt._engine.next_read(sid) is None
+    assert rt._engine.next_read(w.storage.sid) is not None
+    del c, d
+    rt.arena.check()
+
+
 def test_a_live_run_prices_offloads_by_the_previous_steps_reads():
     """In a live run with lookahead the previous step is the reference: from the second step
     on, after the forward pass, every parameter's next read is known (the backward pass or
@@ -589,24 +614,18 @@ def test_a_live_run_prices_offloads_by_the_previous_steps_reads():
     for lookahead in (0, 8):
         rt = coop.Runtime(coop.numpy_allocator(budget), policy="coop-offload", cost="cpu",
                           lookahead=lookahead)
-        model = GPT(rt, 32, 16, 2, 2, 128, rng=0)
-        opt = AdamW(model.parameters(), lr=1e-2)
-        rng = np.random.default_rng(1)
-        losses = []
-        for i in range(3):
-            idx = rng.integers(0, 32, (2, 16))
-            loss = model.loss(idx, np.roll(idx, -1, axis=1))
+
+        def each(i, model):
             until = [rt._engine.next_read(p.storage.sid) for p in model.parameters()]
             if lookahead and i > 0:
                 length = rt._engine.stats()["clock"] / i    # about one step
                 assert all(t is not None and 0 < t < 2 * length for t in until)
             else:
                 assert until == [None] * len(until)
-            losses.append(float(loss.numpy()))
-            step(opt, loss, False)
-            del loss
+
+        losses, got = train_gpt(rt, steps=3, each=each)
         assert losses == ref_losses
-        for p, b in zip(model.parameters(), reference):
-            np.testing.assert_array_equal(p.numpy(), b)
+        for a, b in zip(got, reference):
+            np.testing.assert_array_equal(a, b)
         assert rt.stats()["offloads"] > 0
         rt.arena.check()

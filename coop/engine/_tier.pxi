@@ -255,6 +255,12 @@ cdef class _Tier(_Room):
             self.ref_known.push_back(s)
         return 0
 
+    cdef void _recycle(self, int s) noexcept:
+        """s died: its reads in the reference go with it (its id may be reused)."""
+        if <size_t>s < self.ref_reads.size():
+            self.ref_reads[s].clear()
+        _Room._recycle(self, s)
+
     cdef double c_next_read(self, int s) noexcept:
         """The reference's clock at s's next read after the running position (its first read
         plus the reference's length when none is left: the next step reads as this one);
