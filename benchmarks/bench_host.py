@@ -9,9 +9,16 @@ B. Per-op runtime overhead: `coop.apply(kernel, ...)` on coop Tensors (pin, run,
    function directly on NumPy arrays, for a few kernels on small (16x16) and medium (256x256)
    float64 arrays, at a budget that never evicts; --ops calls per run, median of --repeat runs,
    order alternating. Reported in microseconds per op; the difference is the runtime's cost.
+C. Per-op bookkeeping of the host tier: the same `coop.apply` loop (16x16 add) and AdamW training
+   steps of a small GPT (coop.models.GPT, --gpt-steps per run, each step marked: the reference
+   the tier prefetches and prices by) at a budget that never evicts, under `coop` and under
+   `coop-offload` without and with a lookahead of 8 (the live reference: each op's constant
+   inputs listed, each step's order rebuilt); one runtime per policy, the policies' runs
+   interleaved, rotating which goes first. The tier never opens here, so the difference is its
+   bookkeeping alone. Target: unchanged (ratios within the runs' noise).
 
 Run: python benchmarks/bench_host.py [--repeat 7] [--steps 20] [--batch 64] [--width 512]
-     [--ops 2000]
+     [--ops 2000] [--gpt-steps 10] [--parts ABC]
 (OPENBLAS_NUM_THREADS=1 gives steadier numbers on a shared or small machine.)
 """
 import argparse
@@ -177,6 +184,73 @@ def part_b(args):
     return rows, summary
 
 
+#: part C's variants: label -> Runtime keyword arguments
+TIER_VARIANTS = {
+    "coop": dict(policy="coop"),
+    "coop-offload": dict(policy="coop-offload"),
+    "coop-offload, lookahead 8": dict(policy="coop-offload", lookahead=8),
+}
+
+
+def gpt_steps(rt, steps):
+    """A run of part C: a small GPT trained by AdamW for `steps` marked steps on rt; returns
+    the seconds per step and the losses."""
+    from coop.models import GPT
+    from coop.optim import AdamW
+    model = GPT(rt, 32, 16, 2, 2, 64, rng=0)
+    opt = AdamW(model.parameters(), lr=1e-2)
+    rng = np.random.default_rng(1)
+    batches = [rng.integers(0, 32, (4, 16)) for _ in range(steps)]
+    losses = []
+    start = time.perf_counter()
+    for idx in batches:
+        loss = model.loss(idx, np.roll(idx, -1, axis=1))
+        losses.append(float(loss.numpy()))
+        loss.backward()
+        opt.step()          # marks the step (Runtime.mark_step)
+        opt.zero_grad()
+        del loss
+    return (time.perf_counter() - start) / steps, losses
+
+
+def part_c(args):
+    """The host tier's per-op bookkeeping; returns the table's rows and a summary line."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((16, 16)) for _ in range(2)]
+    kernel = coop.Kernel(lambda a, b: a + b, name="add")
+    budget = 1 << 30
+    runtimes = {name: coop.Runtime(coop.numpy_allocator(budget), **kw)
+                for name, kw in TIER_VARIANTS.items()}
+    tensors = {name: [rt.tensor(a) for a in arrays] for name, rt in runtimes.items()}
+    names = list(TIER_VARIANTS)
+    apply_t = {name: [] for name in names}
+    step_t = {name: [] for name in names}
+    losses = {}
+    for r in range(args.repeat):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            apply_t[name].append(time_ops(coop.apply, [kernel] + tensors[name], args.ops))
+        for name in order:
+            rt = coop.Runtime(coop.numpy_allocator(budget), **TIER_VARIANTS[name])
+            elapsed, losses[name] = gpt_steps(rt, args.gpt_steps)
+            step_t[name].append(elapsed)
+            stats = rt.stats()
+            assert stats["evictions"] == 0 and stats.get("offloads", 0) == 0
+    assert all(losses[name] == losses["coop"] for name in names), \
+        "every variant must compute bit-identical losses"
+    rows = []
+    for name in names:
+        # each run against coop's run of the same round (the machine's load moves between rounds)
+        ra = [x / y for x, y in zip(apply_t[name], apply_t["coop"])]
+        rs = [x / y for x, y in zip(step_t[name], step_t["coop"])]
+        rows.append((name, statistics.median(apply_t[name]), statistics.median(step_t[name]),
+                     statistics.median(ra), statistics.median(rs)))
+    summary = (f"coop.apply: {args.ops} calls per run (16x16 add); GPT: {args.gpt_steps} AdamW "
+               f"steps per run (2 layers, width 64, batch 4 x 16); medians of {args.repeat} runs; "
+               f"ratios: the median over rounds of each run against coop's in the same round")
+    return rows, summary
+
+
 def print_table(title, header, rows, summary, unit=1e3, digits=(2, 3)):
     """Rows of (label, a, b, ratio); a and b are seconds, printed in 1/unit (ms by default)."""
     print(f"\n{title}")
@@ -196,20 +270,34 @@ def main(argv=None):
     parser.add_argument("--depth", type=int, default=4, help="hidden layers")
     parser.add_argument("--ops", type=int, default=2000,
                         help="part B: calls per run on small arrays (1/16 of it on medium ones)")
+    parser.add_argument("--gpt-steps", type=int, default=10,
+                        help="part C: training steps per run")
+    parser.add_argument("--parts", default="ABC", help="the parts to run, e.g. C")
     args = parser.parse_args(argv)
     print("command:", shlex.join([sys.executable] + sys.argv))
     threads = {k: v for k, v in os.environ.items() if k.endswith("_NUM_THREADS")}
     print(f"numpy {np.__version__}, coop {coop.__version__}; median of {args.repeat} runs, "
           f"order alternating; {threads or 'BLAS threads: library default'}")
 
-    rows, summary = part_a(args)
-    print_table(f"A. allocator overhead: MLP {args.depth}x{args.width}, batch {args.batch}, "
-                f"{args.steps} steps", ("variant", "run [ms]", "step [ms]", "ratio"), rows, summary)
-
-    rows, summary = part_b(args)
-    print_table("B. per-op overhead: coop.apply vs the kernel called directly",
-                ("kernel, arrays (float64)", "direct [us]", "apply [us]", "ratio"), rows, summary,
-                unit=1e6, digits=(2, 2))
+    if "A" in args.parts:
+        rows, summary = part_a(args)
+        print_table(f"A. allocator overhead: MLP {args.depth}x{args.width}, batch {args.batch}, "
+                    f"{args.steps} steps", ("variant", "run [ms]", "step [ms]", "ratio"), rows,
+                    summary)
+    if "B" in args.parts:
+        rows, summary = part_b(args)
+        print_table("B. per-op overhead: coop.apply vs the kernel called directly",
+                    ("kernel, arrays (float64)", "direct [us]", "apply [us]", "ratio"), rows,
+                    summary, unit=1e6, digits=(2, 2))
+    if "C" not in args.parts:
+        return
+    rows, summary = part_c(args)
+    print("\nC. the host tier's per-op bookkeeping (the tier never opens: its bookkeeping alone)")
+    print(f"{'policy':<28} {'apply [us]':>11} {'GPT step [ms]':>14} {'apply ratio':>12} "
+          f"{'step ratio':>11}")
+    for name, a, t, ra, rs in rows:
+        print(f"{name:<28} {a * 1e6:>11.2f} {t * 1e3:>14.2f} {ra:>12.3f} {rs:>11.3f}")
+    print(summary)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ engine and the arena consistent (check(), nothing pinned); every value read is b
 to the unlimited run's; at the end, dropping the program's tensors leaves no storage and no
 used byte.
 
+The host tier's policies get their own test: the same programs with training steps marked
+(mark_step, which a lookahead's prefetch and pricing go by), a random lookahead and a random
+host budget (a full tier drops a recomputable copy or refuses: constants are never lost).
+
 CI runs a fixed set of examples (derandomized); run longer by hand with, e.g.
     COOP_FUZZ_EXAMPLES=5000 python -m pytest -q -p no:cacheprovider tests/test_fuzz_runtime.py
 (a random seed each run; hypothesis prints a failing program shrunk).
@@ -15,6 +19,7 @@ CI runs a fixed set of examples (derandomized); run longer by hand with, e.g.
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -65,9 +70,18 @@ programs = st.lists(st.tuples(st.sampled_from(STEPS), st.integers(0, 1 << 16),
                     min_size=10, max_size=60)
 
 
-def run(program, budget, policy):
-    """Run program; returns (what each step read or raised, stopped early by OOM)."""
-    rt = coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost="cpu")
+TIER_POLICIES = ["coop-offload", "capuchin"]
+TIER_STEPS = STEPS + ["mark", "mark"]
+tier_programs = st.lists(st.tuples(st.sampled_from(TIER_STEPS), st.integers(0, 1 << 16),
+                                   st.integers(0, 1 << 16), st.booleans()),
+                         min_size=10, max_size=60)
+
+
+def run(program, budget, policy, events=True, **tier):
+    """Run program; returns (what each step read or raised, stopped early by OOM). events:
+    hypothesis's, inside a hypothesis test; tier: the host tier's Runtime arguments
+    (lookahead, host_budget)."""
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost="cpu", **tier)
     live, log, oom = [], [], False
     for step, (kind, i, j, interrupt) in enumerate(program):
         try:
@@ -90,7 +104,7 @@ def run(program, budget, policy):
             oom = True
         rt.arena.check()
         assert rt.pinned() == {}
-    if budget != UNLIMITED:
+    if events and budget != UNLIMITED:
         stats = rt.stats()
         event("stopped by OOM" if oom else "ran to the end")
         event("evicted" if stats["evictions"] else "no eviction")
@@ -121,6 +135,9 @@ def _step(rt, live, kind, i, j, interrupt, step):
     elif kind == "drop":
         live.remove(a)
         return None
+    elif kind == "mark":
+        rt.mark_step()
+        return None
     else:
         out = rt.apply(KERNELS[kind], a)
     live.extend(out if isinstance(out, tuple) else (out,))
@@ -147,3 +164,54 @@ def test_a_random_program_under_a_budget_reads_what_it_reads_with_room(program, 
     assert len(got) <= len(expected) and (oom or len(got) == len(expected))
     for step, (want, have) in enumerate(zip(expected, got)):
         assert _same(want, have), f"step {step}: {program[step] if step < len(program) else 'end'}"
+
+
+@settings(SETTINGS, max_examples=EXAMPLES or 600)
+@given(program=tier_programs, budget_kib=st.integers(2, 8),
+       policy=st.sampled_from(TIER_POLICIES), lookahead=st.sampled_from([0, 1, 2, 8]),
+       host_kib=st.sampled_from([None, 1, 4]))
+def test_a_random_program_with_the_host_tier_reads_what_it_reads_with_room(
+        program, budget_kib, policy, lookahead, host_kib):
+    expected, oom = run(program, UNLIMITED, "coop")
+    assert not oom
+    got, oom = run(program, budget_kib * 1024, policy, lookahead=lookahead,
+                   host_budget=None if host_kib is None else host_kib * 1024)
+    assert len(got) <= len(expected) and (oom or len(got) == len(expected))
+    for step, (want, have) in enumerate(zip(expected, got)):
+        assert _same(want, have), f"step {step}: {program[step] if step < len(program) else 'end'}"
+
+
+#: programs the host tier's fuzzing found wrong once (coop-offload, lookahead 0), each with its
+#: budget and host budget in KiB: an offloaded sibling given memory by its producer's
+#: recompute (resident, its host copy counted as the only one); a kernel's input offloaded
+#: while room was made for the kernel (a host copy released meanwhile re-offered it); a
+#: storage's host copy dropped for the room its own copy back needed
+FOUND = {
+    "offloaded sibling made resident by a recompute": (
+        [("constant", 62, 0, False), ("constant", 308, 0, False), ("constant", 0, 0, False),
+         ("split", 0, 0, False), ("tanh_", 0, 0, False), ("add", 0, 0, False),
+         ("add", 6, 254, False), ("constant", 0, 0, False), ("constant", 0, 0, False),
+         ("constant", 0, 0, False)], 4, 4),
+    "a kernel's kept input offered while room is made": (
+        [("constant", 1, 0, False), ("add", 0, 0, False), ("constant", 0, 0, False),
+         ("constant", 0, 0, False), ("constant", 0, 0, False), ("constant", 0, 0, False),
+         ("add", 0, 0, False), ("constant", 1, 0, False), ("constant", 1, 0, False),
+         ("split", 1, 0, False), ("add", 0, 213, False)], 2, 1),
+    "a host copy dropped while it is brought back": (
+        [("constant", 314, 0, False), ("mix", 0, 0, False), ("split", 0, 0, False),
+         ("constant", 0, 0, False), ("constant", 0, 0, False), ("constant", 0, 0, False),
+         ("add", 0, 0, False), ("constant", 86, 0, False), ("constant", 224, 0, False),
+         ("add", 0, 35424, False), ("add", 0, 4, False), ("tanh_", 0, 0, False),
+         ("add", 10, 0, False)], 6, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_programs_the_host_tiers_fuzzing_found(name):
+    program, budget_kib, host_kib = FOUND[name]
+    expected, oom = run(program, UNLIMITED, "coop")
+    got, oom = run(program, budget_kib * 1024, "coop-offload", events=False,
+                   host_budget=host_kib * 1024)
+    assert not oom and len(got) == len(expected)
+    for step, (want, have) in enumerate(zip(expected, got)):
+        assert _same(want, have), f"step {step}"

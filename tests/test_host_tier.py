@@ -605,6 +605,58 @@ def test_a_storage_id_reused_after_death_has_no_reads_in_the_reference():
     rt.arena.check()
 
 
+def test_a_storage_that_dies_within_a_step_leaves_no_reads_to_its_ids_next_owner():
+    """A live step lists each op's constant inputs by storage id; a constant read and freed
+    within the step, its id then reused by another, leaves the new one no reads in the
+    reference the step becomes (nor does a constant read and freed, its id unused)."""
+    rt = coop.Runtime(coop.numpy_allocator(1 << 20), policy="coop-offload", cost="cpu",
+                      lookahead=8)
+    w = rt.tensor(np.ones(1000, np.float32))
+    x = rt.tensor(np.ones(1000, np.float32))
+    y = x * w                           # op 0 reads x and w
+    sid = x.storage.sid
+    del x, y                            # x dies, its id free
+    x2 = rt.tensor(np.zeros(1000, np.float32))
+    assert x2.storage.sid == sid        # the id is reused
+    z = w * 3.0                         # op 1 reads w
+    gone = rt.tensor(np.ones(10, np.float32))
+    g = gone * 2.0                      # op 2 reads gone
+    gone_sid = gone.storage.sid
+    del gone, g
+    rt.mark_step()
+    z = w * 3.0                         # a position in the next step
+    assert rt._engine.next_read(w.storage.sid) is not None
+    assert rt._engine.next_read(sid) is None
+    assert rt._engine.next_read(gone_sid) is None
+    u = x2 * 2.0                        # now read: known from the next step on
+    rt.mark_step()
+    z = w * 3.0
+    assert rt._engine.next_read(sid) is not None
+    del z, u, x2
+    rt.arena.check()
+
+
+def test_a_lookahead_without_marked_steps_warns_and_bounds_its_list():
+    """A live run with a lookahead lists each op's constant inputs until the step is marked;
+    a loop that never marks one is told how to, and the list is dropped rather than grown
+    without end. A step marked afterwards is the reference as usual."""
+    rt = coop.Runtime(coop.numpy_allocator(1 << 20), policy="coop-offload", cost="cpu",
+                      lookahead=8)
+    assert rt._engine.max_step_ops == 1 << 20
+    rt._engine.max_step_ops = 10
+    a = rt.tensor(np.ones(100, np.float32))
+    with pytest.warns(RuntimeWarning, match=r"no training step was marked in 10 ops.*"
+                      r"call Runtime\.mark_step\(\) after each training step") as got:
+        for _ in range(25):
+            b = a * 2.0
+    assert len(got) == 2                # at the 11th op and the 21st
+    rt.mark_step()                      # the reference: the last 5 ops, each reading a
+    b = a * 2.0
+    assert rt._engine.next_read(a.storage.sid) is not None
+    del b
+    rt.arena.check()
+
+
 def test_a_live_run_prices_offloads_by_the_previous_steps_reads():
     """In a live run with lookahead the previous step is the reference: from the second step
     on, after the forward pass, every parameter's next read is known (the backward pass or

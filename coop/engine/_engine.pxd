@@ -132,6 +132,8 @@ cdef class _Records(_Clock):
 cdef class _Room(_Records):
     cdef readonly double move_rate     # cost per byte moved (INFINITY: this engine never moves)
     cdef int retries_left              # reruns left to the running first run (c_retry)
+    cdef vector[int] kept_now          # _room_for: the kernel's storages kept from leaving
+    cdef vector[unsigned char] kept_reoffer   # ... whose offer changed meanwhile (_offer)
     cdef bint c_may_retry(self) noexcept
     cdef bint c_retry(self, int o, size_t request) except -1
     cdef bint c_make_room(self, int o, vector[size_t]& need) except -1
@@ -153,6 +155,10 @@ cdef class _Tier(_Room):
     cdef vector[vector[int]] cur_reads    # ... and of this step, so far
     cdef vector[double] cur_times      # ... the clock at each of this step's ops, from its start
     cdef double step_began             # the clock when this step began
+    cdef public Py_ssize_t max_step_ops   # ops a step may list before its list is dropped
+    cdef long long listed_before       # ops listed in earlier steps (cur_reads[0]'s index)
+    cdef vector[long long] born        # per storage id: the index of the first op listed
+                                       # after it was made (earlier reads were a dead id's)
     # the reference, what the engine knows of the future (with lookahead: the trace in a
     # replay, the previous step in a live run): positions (records; ops of a step), the
     # reference's clock at each and at its end, and per storage the positions that read it
@@ -166,6 +172,7 @@ cdef class _Tier(_Room):
     cdef double c_next_read(self, int s) noexcept
     cdef double d2h_free_at, h2d_free_at      # when each copy engine is next free (the clock)
     cdef vector[int] host_fifo         # storages put in the host tier, oldest first (may be stale)
+    cdef int bringing                  # the storage whose host copy is being brought back (-1)
     cdef size_t host_head              # host_fifo's first entry still to look at
     cdef readonly long long offloads, fetches, prefetches, host_drops, host_refusals
     cdef readonly long long copies_ahead

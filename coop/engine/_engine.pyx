@@ -31,9 +31,12 @@ Python modules (policies, cost); never the runtime, kernels, traces or backends 
 """
 from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int64_t, uint64_t
+from libcpp.algorithm cimport remove
 from libcpp.vector cimport vector
 
 from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor
+
+import warnings
 
 from coop.engine.cost import DEVICES
 from coop.engine.policies import POLICIES, get_policy
@@ -203,7 +206,9 @@ cdef class Engine(_InPlace):
             raise ValueError(f"lookahead must be a number of ops >= 0, got {lookahead}")
         self.lookahead = lookahead if self.offloading else 0
         self.ref_pos = -1
+        self.bringing = -1
         self.read_pricing = True
+        self.max_step_ops = 1 << 20
         if self.offloading and not record.offload_last:
             self.arena.c_count_offloads(True)
 

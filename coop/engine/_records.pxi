@@ -95,10 +95,13 @@ cdef class _Records(_Clock):
         return self.op_out[o].size()
 
     cdef inline int c_evicted_output(self, int o, int k) noexcept:
-        """The storage of o's output k if it is live and has no memory (running o again must
-        give it memory), else -1."""
+        """The storage of o's output k if it is live and evicted (running o again must give
+        it memory), else -1. An offloaded output stays in the host tier: its copy holds its
+        bytes, and one given memory here would be resident with its host copy counted as
+        the only one."""
         cdef int s = self.op_out[o][k]
-        if s >= 0 and self.alive[s] and self.producer[s] == o and self.offset[s] < 0:
+        if s >= 0 and self.alive[s] and self.producer[s] == o and self.offset[s] < 0 \
+                and self.on_host[s] != 1:
             return s
         return -1
 

@@ -84,6 +84,8 @@ cdef class _Room(_Records):
         cdef vector[unsigned char] kept_ev
         cdef vector[double] kept_off
         cdef vector[Py_ssize_t] taken
+        cdef vector[int] outer_kept      # an enclosing call's kept_now, kept_reoffer
+        cdef vector[unsigned char] outer_reoffer, reoffer
         cdef bint found = False
         cdef int s, slot, k
         cdef size_t req, total
@@ -102,6 +104,12 @@ cdef class _Room(_Records):
             self.arena.c_set_evictable(slot, False)
             self.arena.c_set_offload(slot, INFINITY)
             self.arena.c_pin(slot, -self.arena.c_pins(slot))
+        # while they are kept, a change of their offer (a host copy made or released) waits
+        # for the end (_offer): set now, it would let them leave by an offload
+        outer_kept.swap(self.kept_now)
+        outer_reoffer.swap(self.kept_reoffer)
+        self.kept_now = keep
+        self.kept_reoffer.assign(keep.size(), 0)
         try:
             for req in need:
                 off = self.arena.c_allocate_or_evict(req, self.placement_of[o], self.policy_code,
@@ -124,11 +132,16 @@ cdef class _Room(_Records):
                     self.compactions += 1
         finally:
             self._release(taken)
+            reoffer.swap(self.kept_reoffer)
+            self.kept_now.swap(outer_kept)
+            self.kept_reoffer.swap(outer_reoffer)
             for k in range(<int>keep.size()):
                 slot = self.slot[keep[k]]
                 self.arena.c_pin(slot, kept_pins[k])
                 self.arena.c_set_evictable(slot, kept_ev[k])
                 self.arena.c_set_offload(slot, kept_off[k])
+                if reoffer[k]:
+                    self._offer(keep[k])
         if found:
             self.room_made += 1
         return found

@@ -27,6 +27,11 @@ cdef class _Tier(_Room):
         at the copy back's alone. While the tier takes constants only (tier_constants), only a
         constant with a cached host copy is offered."""
         cdef double rate
+        cdef size_t k
+        for k in range(self.kept_now.size()):
+            if self.kept_now[k] == s:       # a kernel's, kept while room is made for it
+                self.kept_reoffer[k] = 1
+                return 0
         if self.offloading and not self.held[s] and self.slot[s] >= 0 \
                 and not (self.tier_constants and (self.producer[s] >= 0 or self.on_host[s] != 2)):
             rate = self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate
@@ -138,8 +143,14 @@ cdef class _Tier(_Room):
 
     cdef int _bring_back(self, int s) except -1:
         """Give offloaded s memory holding its host copy's bytes (the executor's fetch: placed
-        as its producer's outputs); the copy stays, cached. Returns when the copy back ends."""
-        self.executor.fetch(s, self._placement_of_storage(s))
+        as its producer's outputs); the copy stays, cached. Its host copy is not dropped
+        while room is made for it (_host_room)."""
+        cdef int outer = self.bringing
+        self.bringing = s
+        try:
+            self.executor.fetch(s, self._placement_of_storage(s))
+        finally:
+            self.bringing = outer
         if self.offset[s] < 0:
             raise RuntimeError(f"the executor's fetch did not bring storage {s} back")
         self.on_host[s] = 2
@@ -165,7 +176,8 @@ cdef class _Tier(_Room):
                 if self.host_bytes + need > self.host_budget and self.alive[x]:
                     if self.on_host[x] == 2:
                         self._host_release(x)
-                    elif sweep == 1 and self.on_host[x] == 1 and self.producer[x] >= 0:
+                    elif sweep == 1 and self.on_host[x] == 1 and self.producer[x] >= 0 \
+                            and x != self.bringing:
                         self._host_drop(x)
                 if self.alive[x] and self.on_host[x]:
                     self.host_fifo[kept] = x
@@ -255,9 +267,27 @@ cdef class _Tier(_Room):
             self.ref_known.push_back(s)
         return 0
 
+    cdef int _new_sid(self) except -1:
+        """A live run with a lookahead notes when each storage id is made: reads of the id
+        listed before belong to a storage that died (step drops them)."""
+        cdef int s = _Room._new_sid(self)
+        if self.step_prefetch:
+            if self.born.size() <= <size_t>s:
+                self.born.resize(s + 1, 0)
+            self.born[s] = self.listed_before + <long long>self.cur_reads.size()
+        return s
+
     cdef void _recycle(self, int s) noexcept:
-        """s died: its reads in the reference go with it (its id may be reused)."""
+        """s died: its reads in the reference go with it (its id may be reused), and in a live
+        run the previous step's list of reads, which the prefetch looks ahead in, forgets it."""
+        cdef int k
+        cdef vector[int]* r
         if <size_t>s < self.ref_reads.size():
+            if self.step_prefetch:
+                for k in self.ref_reads[s]:         # exactly the ops of prev_reads listing s
+                    if <size_t>k < self.prev_reads.size():
+                        r = &self.prev_reads[k]
+                        r.erase(remove(r.begin(), r.end(), s), r.end())
             self.ref_reads[s].clear()
         _Room._recycle(self, s)
 
@@ -393,6 +423,17 @@ cdef class _Tier(_Room):
         step's order of reads."""
         cdef vector[int] consts
         cdef int s
+        if <Py_ssize_t>self.cur_reads.size() >= self.max_step_ops:
+            # no step marked for that long: the list would only grow
+            warnings.warn(
+                f"coop: a lookahead of {self.lookahead} ops, but no training step was marked "
+                f"in {self.cur_reads.size():,} ops: the list of this step's reads is dropped "
+                f"and starts again; call Runtime.mark_step() after each training step (the "
+                f"optimizers of coop.optim do)", RuntimeWarning, stacklevel=2)
+            self.listed_before += <long long>self.cur_reads.size()
+            self.cur_reads.clear()
+            self.cur_times.clear()
+            self.step_began = self.now
         for s in inputs:
             if self.producer[s] < 0:
                 consts.push_back(s)
@@ -407,8 +448,9 @@ cdef class _Tier(_Room):
         becomes the one the next step prefetches by, and the reference its offers are priced
         by (price: each constant's next read, at the clock this step's op at that place
         started)."""
-        cdef size_t k
+        cdef size_t k, j, kept
         cdef int s
+        cdef vector[int]* r
         for s in self.ref_known:
             self.ref_reads[s].clear()
             self.ref_listed[s] = 0
@@ -416,7 +458,19 @@ cdef class _Tier(_Room):
         self.ref_time.swap(self.cur_times)
         self.ref_time.push_back(self.now - self.step_began)
         for k in range(self.cur_reads.size()):
-            for s in self.cur_reads[k]:
+            r = &self.cur_reads[k]
+            kept = 0
+            for j in range(r.size()):
+                s = r[0][j]
+                # a storage that died, or listed before its id was last made: a read of
+                # one that died
+                if not self.alive[s] or (<size_t>s < self.born.size()
+                                         and self.listed_before + <long long>k < self.born[s]):
+                    continue
+                r[0][kept] = s
+                kept += 1
+            r.resize(kept)
+            for s in r[0]:
                 if self.ref_reads.size() <= <size_t>s:
                     self.ref_reads.resize(s + 1)
                     self.ref_listed.resize(s + 1, 0)
@@ -428,6 +482,7 @@ cdef class _Tier(_Room):
         self.cur_times.clear()
         self.step_began = self.now
         self.ref_pos = -1
+        self.listed_before += <long long>self.cur_reads.size()
         self.prev_reads.swap(self.cur_reads)
         self.cur_reads.clear()
 
