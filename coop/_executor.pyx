@@ -421,7 +421,16 @@ cdef class ArrayExecutor(Executor):
         """Free an evicted storage's memory, unless something else holds its array (a user's
         view of it, or a borrowed array kept past its block, or its memory object: the
         backend's memory_held)."""
-        cdef object memory = self.arrays[sid]
+        if not self.can_drop(sid):
+            return False
+        self.arrays[sid] = None
+        return True
+
+    cpdef bint can_drop(self, int sid) except -1:
+        """Whether drop would free sid's memory now: only the executor holds its array."""
+        cdef object memory = self.arrays[sid] if sid < len(self.arrays) else None
+        if memory is None:
+            return False
         # expected references: the list's and `memory`; to a flat array's base (the root):
         # the flat array's and `base`
         if Py_REFCNT(memory) > 2:
@@ -430,11 +439,7 @@ cdef class ArrayExecutor(Executor):
         if base is not None and Py_REFCNT(base) > 2:
             return False
         del base
-        if self.backend.memory_held(memory):
-            return False
-        del memory
-        self.arrays[sid] = None
-        return True
+        return not self.backend.memory_held(memory)
 
     cpdef bint relocate(self, int sid, Py_ssize_t src, Py_ssize_t dst) except -1:
         """Move sid's bytes to the piece at dst (taken already): a new memory array there

@@ -25,6 +25,7 @@ cdef class Executor:
     cdef public bint can_copy_ahead  # offload may copy a storage that stays in use (copies ahead)
     cpdef int run(self, int op) except -1
     cpdef bint drop(self, int storage) except -1
+    cpdef bint can_drop(self, int storage) except -1
     cpdef int forget(self, int storage) except -1
     cpdef int forget_op(self, int op) except -1
     cpdef int copy(self, int dst, int src, int placement, Py_ssize_t release) except -1

@@ -71,6 +71,10 @@ cdef class Executor:
         """Free an evicted storage's memory; False refuses (its memory is held elsewhere)."""
         raise NotImplementedError
 
+    cpdef bint can_drop(self, int storage) except -1:
+        """Whether drop would free resident storage's memory now (nothing else holds it)."""
+        return True
+
     cpdef int forget(self, int storage) except -1:
         """storage's record died: free its memory if it has any, and what is kept for it."""
         raise NotImplementedError

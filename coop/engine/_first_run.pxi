@@ -110,15 +110,35 @@ cdef class _FirstRun(_Residency):
 
     cdef int _finish_common(self, int o) except -1:
         cdef int s
+        cdef vector[int] through      # pinned through the step's prefetch
         self._account(o, False)
         self.cur_op = -1
+        if self.step_prefetch:
+            # the op's inputs and outputs stay pinned through c_step_prefetch: the executor
+            # stores the outputs' arrays only once the engine has finished the op, and until
+            # then they may be views of its inputs, so room made for a prefetch must take none
+            # of them (an array not stored cannot be dropped, one still viewed not freed)
+            for s in self.cur_uniq:
+                if self.offset[s] >= 0:
+                    self.c_pin(s)
+                    through.push_back(s)
+            if self.live_out[o]:
+                for s in self.op_out[o]:
+                    if s >= 0 and self.alive[s] and self.offset[s] >= 0 \
+                            and not _contains(through, s):
+                        self.c_pin(s)
+                        through.push_back(s)
         for s in self.cur_uniq:
             self.c_unpin(s, True)
         self.cur_uniq.clear()
         if self.live_out[o] == 0:
             self._kill_op(o)     # an op of views only leaves no record
         if self.step_prefetch:
-            self.c_step_prefetch()
+            try:
+                self.c_step_prefetch()
+            finally:
+                for s in through:
+                    self.c_unpin(s, True)
         return 0
 
     cdef int c_finish(self, int o) except -1:

@@ -82,7 +82,10 @@ cdef class _Tier(_Room):
             return 0
         if self.on_host[s] == 2:
             # its host copy holds its bytes: the piece is freed, nothing is copied (the clock
-            # waits for what is left of a copy out ahead)
+            # waits for what is left of a copy out ahead); unless a user's array holds it
+            if not self.executor.can_drop(s):
+                self._host_release(s)
+                return self._hold(s)
             self._wait_hidden(self.out_at[s])
             self.out_at[s] = 0.0
             return self._leave(s)
