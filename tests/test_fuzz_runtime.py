@@ -110,6 +110,11 @@ def run(program, budget, policy, events=True, **tier):
         event("evicted" if stats["evictions"] else "no eviction")
         event("recomputed" if stats["recomputes"] else "no recompute")
         event("a kernel failed" if any(isinstance(x, str) for x in log) else "no failure")
+        if tier:
+            event("offloaded" if stats["offloads"] else "no offload")
+            event("prefetched" if stats["prefetches"] else "no prefetch")
+            event("a host copy dropped or refused" if stats["host_drops"] + stats["host_refusals"]
+                  else "no host copy dropped or refused")
     del live
     assert rt.storages() == [] and rt.arena.stats()["used_bytes"] == 0
     rt.arena.check()
