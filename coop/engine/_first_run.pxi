@@ -111,9 +111,12 @@ cdef class _FirstRun(_Residency):
     cdef int _finish_common(self, int o) except -1:
         cdef int s
         cdef vector[int] through      # pinned through the step's prefetch
+        cdef bint prefetch
         self._account(o, False)
         self.cur_op = -1
-        if self.step_prefetch:
+        # (with nothing in the host tier, the prefetch has nothing to bring back)
+        prefetch = self.step_prefetch and self.host_bytes > 0
+        if prefetch:
             # the op's inputs and outputs stay pinned through c_step_prefetch: the executor
             # stores the outputs' arrays only once the engine has finished the op, and until
             # then they may be views of its inputs, so room made for a prefetch must take none
@@ -133,7 +136,7 @@ cdef class _FirstRun(_Residency):
         self.cur_uniq.clear()
         if self.live_out[o] == 0:
             self._kill_op(o)     # an op of views only leaves no record
-        if self.step_prefetch:
+        if prefetch:
             try:
                 self.c_step_prefetch()
             finally:
