@@ -110,6 +110,7 @@ cdef class Evictor:
     cdef int slide(self, Arena arena, int slot, size_t src, size_t dst) except -1
     cdef bint widen(self, Arena arena) except -1
     cdef int price(self, Arena arena) except -1
+    cdef str oom_note(self, Arena arena)
 
 
 cdef int policy_code(policy, bint ideal) except -1

@@ -176,7 +176,7 @@ cdef int _registered(Arena a, int slot, str what) except -1:
     return 0
 
 
-cdef object _oom(Arena a, size_t size, policy):
+cdef object _oom(Arena a, size_t size, policy, str note=""):
     free_bytes = a.capacity - a.used_bytes
     largest = a.largest_free()
     # what blocks: pinned pieces (held by the running kernel, or pinned by the caller) and
@@ -234,7 +234,7 @@ cdef object _oom(Arena a, size_t size, policy):
         f"(pinned or anonymous: {n_pinned} pieces, {pinned} bytes; "
         f"unevictable: {n_walls} pieces, {walls} bytes; the largest range free of them: "
         f"{window} bytes; constants, which can only move, each to a free piece of its own: "
-        f"{n_kept} pieces, {kept} bytes); raise the budget, or free or unpin tensors",
+        f"{n_kept} pieces, {kept} bytes){note}; raise the budget, or free or unpin tensors",
         size, a.capacity, free_bytes, largest, pinned, walls, window, kept, evictable)
 
 
@@ -932,6 +932,11 @@ cdef class Evictor:
         anew for it (Arena.c_set_offload; the host tier's known next reads). The default
         changes nothing."""
         return 0
+
+    cdef str oom_note(self, Arena arena):
+        """No choice made room: what the owner adds to the out-of-memory error's message
+        (what of its own stopped it, and the fix), or "" (the default)."""
+        return ""
 
 
 cdef class _CallbackEvictor(Evictor):

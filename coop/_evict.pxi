@@ -118,7 +118,8 @@ cdef class EvictionLoop:
                 self.counts.failed += 1
                 self.counts.largest_ratio_sum += (
                     <double>arena.largest_free() / <double>free_bytes if free_bytes else 1.0)
-                raise _oom(arena, size, policy)
+                raise _oom(arena, size, policy,
+                           evictor.oom_note(arena) if evictor is not None else "")
             if code == P_COOP and isfinite(plan.cost):
                 # the room's price from now on (docs/core.md, "One scale"): what this choice
                 # pays per byte of its request

@@ -186,6 +186,77 @@ def test_a_random_program_with_the_host_tier_reads_what_it_reads_with_room(
         assert _same(want, have), f"step {step}: {program[step] if step < len(program) else 'end'}"
 
 
+LOOP_OPS = ["add", "mix", "scale", "matmul", "split", "flip", "tanh_", "read", "update"]
+loop_bodies = st.lists(st.tuples(st.sampled_from(LOOP_OPS), st.integers(0, 1 << 16),
+                                 st.integers(0, 1 << 16)), min_size=3, max_size=20)
+
+
+def train(body, params, steps, budget, policy, **tier):
+    """A training loop's shape: `params` constants made first; each step runs body (its ops
+    read the parameters and the step's own values, by index; update: an in-place op on a
+    parameter, as an optimizer's), reads the step's last value, drops the step's values and
+    marks the step. Returns what each step read, ending with "OOM" where it ran out."""
+    rt = coop.Runtime(coop.numpy_allocator(budget), policy=policy, cost="cpu", **tier)
+    ps, log = [], []
+    try:
+        for k in range(params):
+            ps.append(rt.tensor(np.linspace(-1.0, 1.0, LENGTHS[k % len(LENGTHS)]) * (k + 1)))
+        for _ in range(steps):
+            _train_step(rt, ps, body, log)
+            rt.mark_step()
+            rt.arena.check()
+            assert rt.pinned() == {}
+        log.append([p.numpy() for p in ps])
+    except coop.OutOfMemoryError as exc:
+        exc.__traceback__ = None
+        log.append("OOM")
+    rt.arena.check()
+    if budget != UNLIMITED:
+        stats = rt.stats()
+        event("offloaded" if stats["offloads"] else "no offload")
+        event("prefetched" if stats["prefetches"] else "no prefetch")
+        event("stopped by OOM" if log[-1] == "OOM" else "ran to the end")
+    del ps
+    assert rt.storages() == [] and rt.arena.stats()["used_bytes"] == 0
+    return log
+
+
+def _train_step(rt, ps, body, log):
+    acts = []
+    for kind, i, j in body:
+        pool = ps + acts
+        a = pool[i % len(pool)]
+        if kind == "read":
+            log.append(a.numpy())
+        elif kind == "update":
+            rt.apply(KERNELS["tanh_"], ps[i % len(ps)])
+        else:
+            if kind in ("add", "mix"):
+                same = [t for t in pool if t.shape == a.shape]
+                out = rt.apply(KERNELS[kind], a, same[j % len(same)])
+            else:
+                out = rt.apply(KERNELS[kind], a)
+            acts.extend(out if isinstance(out, tuple) else (out,))
+    if acts:
+        log.append(acts[-1].numpy())
+
+
+@settings(SETTINGS, max_examples=EXAMPLES or 300)
+@given(body=loop_bodies, params=st.integers(2, 8), steps=st.integers(2, 4),
+       budget_kib=st.integers(1, 6), policy=st.sampled_from(TIER_POLICIES),
+       lookahead=st.sampled_from([1, 2, 8]), host_kib=st.sampled_from([None, 2, 8]))
+def test_a_random_training_loop_with_the_host_tier_reads_what_it_reads_with_room(
+        body, params, steps, budget_kib, policy, lookahead, host_kib):
+    expected = train(body, params, steps, UNLIMITED, "coop")
+    assert expected[-1] != "OOM"
+    got = train(body, params, steps, budget_kib * 1024, policy, lookahead=lookahead,
+                host_budget=None if host_kib is None else host_kib * 1024)
+    stop = len(got) - 1 if got[-1] == "OOM" else len(got)
+    assert stop <= len(expected)
+    for k in range(stop):
+        assert _same(expected[k], got[k]), f"read {k}"
+
+
 #: programs the host tier's fuzzing found wrong once (coop-offload), each with its budget and
 #: host budget in KiB and its lookahead: an offloaded sibling given memory by its producer's
 #: recompute (resident, its host copy counted as the only one); a kernel's input offloaded

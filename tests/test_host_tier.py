@@ -17,6 +17,7 @@ from coop.models import GPT
 from coop.optim import AdamW
 from coop._core import Arena
 from coop.engine import Engine, SizeExecutor
+from coop.cli.replay import failure
 from coop.engine.cost import DEVICES
 from coop.trace._replay import Replayer
 
@@ -131,6 +132,10 @@ def test_a_full_host_tier_refuses_the_constant_and_loses_nothing(trace):
     r = R.replay(trace, budget=6144, policy="coop-offload", host_budget=1024, check=True)
     assert r["status"] == "oom"
     assert (r["offloads"], r["host_refusals"], r["host_peak_bytes"]) == (0, 1, 0)
+    assert failure(r, 9).endswith(
+        "; the host tier was full and refused 1 constant (raise --host-budget))")
+    r["host_refusals"] = 3
+    assert failure(r, 9).endswith("refused 3 constants (raise --host-budget))")
     r = R.replay(trace, budget=6144, policy="coop-offload", host_budget="2KiB", check=True)
     assert (r["status"], r["offloads"], r["host_peak_bytes"]) == ("ok", 2, 2048)
 
@@ -256,7 +261,9 @@ def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
     rt.arena.check()
     small = coop.Runtime(coop.numpy_allocator(budget, host_budget=4096), policy="coop-offload",
                          cost="cpu")
-    with pytest.raises(coop.OutOfMemoryError):
+    with pytest.raises(coop.OutOfMemoryError, match=r"; the host tier holds [\d,]+ of its "
+                       r"4,096 bytes and has refused \d+ constants?, which stays? \(raise "
+                       r"host_budget\); raise the budget"):
         train_wide(small)
     assert small.stats()["host_refusals"] > 0
     small.arena.check()

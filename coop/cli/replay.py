@@ -253,10 +253,13 @@ def failure(result, n_records):
             return line + ")"
         verdict = ("the bytes fit: the addresses stopped it" if result["failed_bytes_fit"]
                    else "the bytes do not fit")
+        refused = result.get("host_refusals") or 0
+        host = (f"; the host tier was full and refused {refused:,} "
+                f"constant{'' if refused == 1 else 's'} (raise --host-budget)" if refused else "")
         return (line + f": {result['failed_pinned']:,} bytes pinned or anonymous, "
                 f"{result['failed_walls']:,} unevictable and unmovable, the largest range free "
                 f"of both {result['failed_window']:,} bytes, {result['failed_constants']:,} "
                 f"bytes of constants, which can only move, {result['failed_evictable']:,} "
-                f"evictable bytes left; {verdict})")
+                f"evictable bytes left; {verdict}{host})")
     return (f"{where}: the compute overhead passed --thrash "
             f"({result['compute_overhead']:.3f} when it stopped)")

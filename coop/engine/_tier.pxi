@@ -39,6 +39,15 @@ cdef class _Tier(_Room):
                                      <double>self.arena.request_size(self.size[s]) * rate)
         return 0
 
+    cdef str oom_note(self, Arena arena):
+        """The host tier full: the constants it refused, and the fix."""
+        if not self.offloading or self.host_refusals == 0:
+            return ""
+        return (f"; the host tier holds {self.host_bytes:,} of its {self.host_budget:,} "
+                f"bytes and has refused {self.host_refusals:,} "
+                f"{'constant, which stays' if self.host_refusals == 1 else 'constants, which stay'}"
+                f" (raise host_budget)")
+
     cdef bint widen(self, Arena arena) except -1:
         """No choice makes room with the cached constants alone in the tier (opened at the
         start for them: Engine.open_tier): from now on every storage may leave by an offload,
