@@ -260,6 +260,43 @@ def test_a_random_training_loop_with_the_host_tier_reads_what_it_reads_with_room
         assert _same(expected[k], got[k]), f"read {k}"
 
 
+@settings(SETTINGS, max_examples=EXAMPLES or 200)
+@given(body=loop_bodies, params=st.integers(2, 8), steps=st.integers(2, 4),
+       ratio=st.floats(0.05, 1.0), policy=st.sampled_from(TIER_POLICIES),
+       lookahead=st.sampled_from([0, 1, 4, 64]), host_kib=st.sampled_from([None, 1, 4]))
+def test_a_recorded_training_loop_replays_with_the_host_tier_keeping_every_invariant(
+        tmp_path_factory, body, params, steps, ratio, policy, lookahead, host_kib):
+    """The loops above recorded (a run with room for everything), then replayed under the
+    tier's policies at a random share of their peak: each replay completes, runs out of memory
+    or thrashes, with the arena's invariants holding, and the tier's counters agree (no more
+    copies back than offloads; the host tier never holds more than its budget)."""
+    import coop.trace.replay as R
+    path = tmp_path_factory.mktemp("loop") / "t.jsonl"
+    rt = coop.Runtime(coop.numpy_allocator(UNLIMITED), policy="coop", cost="cpu")
+    with rt.record(path):
+        ps, log = [], []
+        for k in range(params):
+            ps.append(rt.tensor(np.linspace(-1.0, 1.0, LENGTHS[k % len(LENGTHS)]) * (k + 1)))
+        for _ in range(steps):
+            _train_step(rt, ps, body, log)
+            rt.mark_step()
+        del ps
+    host = None if host_kib is None else host_kib * 1024
+    r = R.replay(path, ratio=ratio, policy=policy, lookahead=lookahead, host_budget=host,
+                 check=True)
+    assert r["status"] in ("ok", "oom", "thrash")
+    event(r["status"])
+    event("offloaded" if r["offloads"] else "no offload")
+    event("prefetched" if r["prefetches"] else "no prefetch")
+    # each copy back brings back one offloaded storage; bytes go out by offloads (a cached
+    # copy's second offload copies nothing) and copies out ahead
+    assert r["fetches"] + r["prefetches"] <= r["offloads"]
+    assert (r["bytes_d2h"] > 0) == (r["offloads"] + r["copies_ahead"] > 0)
+    assert r["copy_exposed"] >= 0.0 and r["copy_hidden"] >= -1e-6
+    if host is not None:
+        assert r["host_peak_bytes"] <= host
+
+
 #: programs the host tier's fuzzing found wrong once (coop-offload), each with its budget and
 #: host budget in KiB and its lookahead: an offloaded sibling given memory by its producer's
 #: recompute (resident, its host copy counted as the only one); a kernel's input offloaded
