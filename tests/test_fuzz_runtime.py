@@ -11,9 +11,9 @@ used byte.
 The host tier's policies get tests of their own: the same programs with training steps
 marked (mark_step, which a lookahead's prefetch and pricing go by), a random lookahead and a
 random host budget (a full tier drops a recomputable copy or refuses: constants are never
-lost); and programs of a training loop's shape (parameters, then steps of the same ops with
-in-place updates), where a lookahead has something to prefetch. Programs these found wrong
-once are kept (FOUND).
+lost); programs of a training loop's shape (parameters, then steps of the same ops with
+in-place updates), where a lookahead has something to prefetch, run live and recorded then
+replayed. Programs these found wrong once are kept (FOUND).
 
 CI runs a fixed set of examples (derandomized); run longer by hand with, e.g.
     COOP_FUZZ_EXAMPLES=5000 python -m pytest -q -p no:cacheprovider tests/test_fuzz_runtime.py
