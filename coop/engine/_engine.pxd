@@ -170,6 +170,11 @@ cdef class _Tier(_Room):
     cdef Py_ssize_t ref_pos            # the position running now (-1: none)
     cdef public bint read_pricing      # price constants' offloads by their next read (default)
     cdef int c_ref_reads(self, int s, int* positions, Py_ssize_t n) except -1
+    cdef int c_ref_clock(self, vector[double]& times) except -1
+    cdef void c_ref_at(self, Py_ssize_t pos) noexcept
+    cdef double _copies(self, int s) noexcept
+    cdef bint _ref_running(self) noexcept
+    cdef void _ref_list(self, int s) noexcept
     cdef double c_next_read(self, int s) noexcept
     cdef double d2h_free_at, h2d_free_at      # when each copy engine is next free (the clock)
     cdef vector[int] host_fifo         # storages put in the host tier, oldest first (may be stale)

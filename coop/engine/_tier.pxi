@@ -26,7 +26,6 @@ cdef class _Tier(_Room):
         user's array, it may leave by an offload at the copies' cost; with a cached host copy,
         at the copy back's alone. While the tier takes constants only (tier_constants), only a
         constant with a cached host copy is offered."""
-        cdef double rate
         cdef size_t k
         for k in range(self.kept_now.size()):
             if self.kept_now[k] == s:       # a kernel's, kept while room is made for it
@@ -34,10 +33,24 @@ cdef class _Tier(_Room):
                 return 0
         if self.offloading and not self.held[s] and self.slot[s] >= 0 \
                 and not (self.tier_constants and (self.producer[s] >= 0 or self.on_host[s] != 2)):
-            rate = self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate
-            self.arena.c_set_offload(self.slot[s],
-                                     <double>self.arena.request_size(self.size[s]) * rate)
+            self.arena.c_set_offload(self.slot[s], self._copies(s))
         return 0
+
+    cdef double _copies(self, int s) noexcept:
+        """What s's offload costs: its copy out and back, or with a cached host copy the copy
+        back alone."""
+        return <double>self.arena.request_size(self.size[s]) * (
+            self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate)
+
+    cdef bint _ref_running(self) noexcept:
+        """A reference is known and a position in it is running."""
+        return self.ref_pos >= 0 and <size_t>self.ref_pos + 1 < self.ref_time.size()
+
+    cdef void _ref_list(self, int s) noexcept:
+        """s has reads in the reference: listed once in ref_known."""
+        if not self.ref_listed[s]:
+            self.ref_listed[s] = 1
+            self.ref_known.push_back(s)
 
     cdef str oom_note(self, Arena arena):
         """The host tier full: the constants it refused, and the fix."""
@@ -274,10 +287,20 @@ cdef class _Tier(_Room):
             self.ref_reads.resize(s + 1)
             self.ref_listed.resize(s + 1, 0)
         self.ref_reads[s].assign(positions, positions + n)
-        if n > 0 and not self.ref_listed[s]:
-            self.ref_listed[s] = 1
-            self.ref_known.push_back(s)
+        if n > 0:
+            self._ref_list(s)
         return 0
+
+    cdef int c_ref_clock(self, vector[double]& times) except -1:
+        """A replay's reference: its clock at each position and, last, at its end (taken
+        from times, which is left empty)."""
+        self.ref_time.swap(times)
+        times.clear()
+        return 0
+
+    cdef void c_ref_at(self, Py_ssize_t pos) noexcept:
+        """A replay's position in its reference: the record running now."""
+        self.ref_pos = pos
 
     cdef int _new_sid(self) except -1:
         """A live run with a lookahead notes when each storage id is made: reads of the id
@@ -309,8 +332,7 @@ cdef class _Tier(_Room):
         INFINITY when none is known."""
         cdef vector[int]* r
         cdef size_t lo, hi, mid
-        if self.ref_pos < 0 or <size_t>s >= self.ref_reads.size() \
-                or <size_t>self.ref_pos + 1 >= self.ref_time.size():
+        if not self._ref_running() or <size_t>s >= self.ref_reads.size():
             return INFINITY
         r = &self.ref_reads[s]
         if r.empty():
@@ -336,9 +358,8 @@ cdef class _Tier(_Room):
         reads cyclically: the parameters of the layers just ahead are the stalest."""
         cdef size_t k, kept = 0
         cdef int s, slot
-        cdef double nxt, until, stale, rate, now_ref
-        if not self.read_pricing or self.ref_pos < 0 \
-                or <size_t>self.ref_pos + 1 >= self.ref_time.size():
+        cdef double nxt, until, stale, now_ref
+        if not self.read_pricing or not self._ref_running():
             return 0
         now_ref = self.ref_time[self.ref_pos]
         for k in range(self.ref_known.size()):
@@ -361,9 +382,7 @@ cdef class _Tier(_Room):
             stale = self.now - arena.c_last_access(slot)
             if not stale > 1.0:
                 stale = 1.0
-            rate = self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate
-            arena.c_set_offload(slot, <double>arena.request_size(self.size[s]) * rate
-                                * stale / until)
+            arena.c_set_offload(slot, self._copies(s) * stale / until)
         self.ref_known.resize(kept)
         return 0
 
@@ -488,9 +507,7 @@ cdef class _Tier(_Room):
                     self.ref_listed.resize(s + 1, 0)
                 if self.ref_reads[s].empty() or self.ref_reads[s].back() != <int>k:
                     self.ref_reads[s].push_back(<int>k)
-                if not self.ref_listed[s]:
-                    self.ref_listed[s] = 1
-                    self.ref_known.push_back(s)
+                self._ref_list(s)
         self.cur_times.clear()
         self.step_began = self.now
         self.ref_pos = -1

@@ -282,13 +282,12 @@ cdef class Replayer:
         cdef Py_ssize_t i, n = p.rec_kind.size()
         cdef int t, k, v
         cdef vector[int] count, last
+        cdef vector[double] times
         cdef double clock = 0.0
-        cdef Engine e = self.engine
         count.assign(p.n_values + 1, 0)
         last.assign(p.n_values, -1)
-        e.ref_time.clear()
         for i in range(n):
-            e.ref_time.push_back(clock)
+            times.push_back(clock)
             if p.rec_kind[i] == R_CALL or p.rec_kind[i] == R_MUTATE:
                 t = p.rec_arg[i]
                 clock += p.cost[t]
@@ -297,7 +296,8 @@ cdef class Replayer:
                     if last[v] != i:
                         last[v] = <int>i
                         count[v + 1] += 1
-        e.ref_time.push_back(clock)
+        times.push_back(clock)
+        self.engine.c_ref_clock(times)
         for v in range(p.n_values):
             count[v + 1] += count[v]
         self.read_ptr = count
@@ -329,7 +329,7 @@ cdef class Replayer:
                     and kind != R_RELEASE and not self.held[arg]:
                 self._unheld(arg, i)
             if kind == R_CALL or kind == R_MUTATE:
-                e.ref_pos = i
+                e.c_ref_at(i)
                 self._apply(arg, kind == R_MUTATE)
                 if e.lookahead > 0:
                     self._prefetch(i)
