@@ -82,12 +82,15 @@ IN_BACKWARD = {f"{name}-in-backward": name for name in OPTIMIZERS}
 OPTIMIZERS.update({name: OPTIMIZERS[base] for name, base in IN_BACKWARD.items()})
 
 
-def training_step(rt, name, batch=None, optimizer="sgd"):
+def training_step(rt, name, batch=None, optimizer="sgd", steps=1):
     """Build model `name` on rt (a Runtime over a SimBackend), make its inputs, then run one
     step (forward, loss, backward, optimizer) from rt.mark_start(); returns rt.stats().
     batch overrides the paper's; optimizer is "sgd" (momentum 0.9) or "adamw", or either
     with "-in-backward" (each parameter updated inside the backward pass, once its gradient is
-    complete: Optimizer.backward_step)."""
+    complete: Optimizer.backward_step). steps > 1 runs that many steps, one after the other,
+    on the same inputs, the gradients dropped between them (Optimizer.zero_grad), as a
+    training loop's later steps (benchmarks/later_steps.py); the last step's stay, as one
+    step's do."""
     if rt.xp is not None:
         raise ValueError("training_step runs on a simulation backend (coop.SimBackend): its "
                          "inputs are (shape, dtype) specs")
@@ -97,15 +100,20 @@ def training_step(rt, name, batch=None, optimizer="sgd"):
     model = spec.build(rt)
     opt = OPTIMIZERS[optimizer](model.parameters())
     inputs = spec.make_inputs(rt, batch)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     rt.mark_start()
-    loss = model.loss(*inputs)
-    if optimizer in IN_BACKWARD:
-        opt.backward_step(loss)
-        del loss
-    else:
-        loss.backward()
-        del loss
-        opt.step()
+    for k in range(steps):
+        if k > 0:
+            opt.zero_grad()       # as a training loop does between steps (in-backward: done)
+        loss = model.loss(*inputs)
+        if optimizer in IN_BACKWARD:
+            opt.backward_step(loss)
+            del loss
+        else:
+            loss.backward()
+            del loss
+            opt.step()
     return rt.stats()
 
 
@@ -114,10 +122,12 @@ def num_parameters(name):
     return PAPER_MODELS[name].build(Runtime(SimBackend("1TiB"))).num_parameters()
 
 
-def record_trace(name, path, batch=None, optimizer="sgd", device="a100-80gb", alignment=512):
+def record_trace(name, path, batch=None, optimizer="sgd", device="a100-80gb", alignment=512,
+                 steps=1):
     """Record one training step of model `name` (unlimited budget, simulation backend, op
     costs from `device`'s roofline) as a coop trace at path; returns the run's stats. The
-    parameters and inputs come before the trace's `start`: they become its constants."""
+    parameters and inputs come before the trace's `start`: they become its constants. steps:
+    that many steps (training_step)."""
     rt = Runtime(SimBackend(1 << 50, alignment=alignment), cost=device)
     with rt.record(path):
-        return training_step(rt, name, batch=batch, optimizer=optimizer)
+        return training_step(rt, name, batch=batch, optimizer=optimizer, steps=steps)
