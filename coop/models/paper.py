@@ -1,8 +1,8 @@
 """The evaluation set of the Coop paper (Zhang et al., "Coop: Memory is not a Commodity",
 NeurIPS 2023): nine models at the paper's batch sizes, each run for one training step
-(forward, loss, backward, SGD with momentum or AdamW: OPTIMIZERS) on a simulation backend, where
-parameters and activations are (shape, dtype) specs and op costs come from the runtime's cost
-model.
+(forward, loss, backward, SGD with momentum or AdamW: OPTIMIZERS), or several in a row, on a
+simulation backend, where parameters and activations are (shape, dtype) specs and op costs
+come from the runtime's cost model.
 
 The models are the same coop.nn code as real training; fp32 throughout.
 """
@@ -96,12 +96,12 @@ def training_step(rt, name, batch=None, optimizer="sgd", steps=1):
                          "inputs are (shape, dtype) specs")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     spec = PAPER_MODELS[name]
     model = spec.build(rt)
     opt = OPTIMIZERS[optimizer](model.parameters())
     inputs = spec.make_inputs(rt, batch)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     rt.mark_start()
     for k in range(steps):
         if k > 0:
