@@ -688,3 +688,43 @@ def test_a_live_run_prices_offloads_by_the_previous_steps_reads():
             np.testing.assert_array_equal(a, b)
         assert rt.stats()["offloads"] > 0
         rt.arena.check()
+
+
+#: three 2048-byte constants, then an op that reads the last: at 4096 bytes (below the
+#: recompute-only bound) a and b fit the arena and c finds no free range
+STEADY = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 2048},
+    {"op": "constant", "id": 1, "size": 2048},
+    {"op": "constant", "id": 2, "size": 2048},
+    call("f", [2], 3, 512),
+]
+
+
+def test_a_later_step_starts_with_the_constants_that_do_not_fit_in_the_host_tier(tmp_path):
+    """Below the bound a replay stands for a loop's later step (its tier opened at the start):
+    c, which no free range holds before the first op, starts in the host tier, copied out by
+    the step before (nothing charged); f then brings it back (2048 bytes in) and the room for
+    it and for f's output is made by offloading a and b (4096 bytes out). Replayed as a live
+    run's first step (lower_bound_bytes=0), c is made in the arena, a and b leaving for it and
+    for f's output, and nothing comes back; a host tier too small for c places it so too, and
+    refuses a and b: out of memory, nothing lost."""
+    path = write(tmp_path / "steady.jsonl", STEADY)
+    assert R.unlimited(R.load(path))["lower_bound_bytes"] > 4096
+    later = R.replay(path, budget=4096, policy="coop-offload", lookahead=0, check=True)
+    assert (later["status"], later["tier_open_at_start"], later["constants_on_host"]) == \
+        ("ok", True, 1)
+    assert (later["fetches"], later["bytes_h2d"], later["bytes_d2h"]) == (1, 2048, 4096)
+    assert later["offloads"] == 2
+    first = R.replay(path, budget=4096, policy="coop-offload", lookahead=0, check=True,
+                     lower_bound_bytes=0)
+    assert (first["status"], first["tier_open_at_start"], first["constants_on_host"]) == \
+        ("ok", False, 0)
+    # (and c, made resident, is copied out ahead once the arena has had to make room)
+    assert (first["fetches"], first["bytes_h2d"], first["bytes_d2h"], first["copies_ahead"]) == \
+        (0, 0, 6144, 1)
+    full = R.replay(path, budget=4096, policy="coop-offload", lookahead=0, check=True,
+                    host_budget=1024)
+    assert (full["status"], full["constants_on_host"], full["host_refusals"]) == ("oom", 0, 2)
+    # no tier, no start in it
+    assert R.replay(path, budget=4096, policy="coop")["status"] == "oom"

@@ -45,6 +45,7 @@ ROWS = [  # (label, key, format)
     ("constants placed", "constants_placed", "{:,}"),
     ("recomputes", "recomputes", "{:,}"),
     ("host tier open at the start", "tier_open_at_start", "{}"),
+    ("constants starting in the host tier", "constants_on_host", "{:,}"),
     ("offloads to the host tier", "offloads", "{:,}"),
     ("constants copied out ahead", "copies_ahead", "{:,}"),
     ("copies back on demand", "fetches", "{:,}"),

@@ -123,6 +123,28 @@ cdef class _Tier(_Room):
         self._wait(self._copy_out(s, need))
         return self._leave(s)
 
+    cdef int c_constant_on_host(self, int64_t size) except -2:
+        """A constant that a later training step starts with in the host tier: registered
+        there, not resident, nothing copied nor charged (the step before copied it out, as this
+        step's own copies out stand for the next one's). For a replay whose tier opened at the
+        start (open_tier: a later step), its constants that find no free range before its first
+        op; -1 (nothing registered) when the tier is not open so or has no room for it."""
+        cdef int64_t need = self.arena.request_size(size)
+        cdef vector[int] none
+        if not (self.offloading and self.tier_constants) or not self._host_room(need, True):
+            return -1
+        cdef int s = self._new_storage(size, -1, 0, 0.0, none, False)
+        self.on_host[s] = 1
+        self.host_bytes += need
+        if self.host_bytes > self.host_peak:
+            self.host_peak = self.host_bytes
+        self.host_fifo.push_back(s)
+        self.const_bytes += need
+        self.constants_on_host += 1
+        self._pool_constant(s)
+        self._offer(s)
+        return s
+
     cdef int _leave(self, int s) except -1:
         """Resident s, whose bytes are in the host tier, leaves its piece (unbound, then freed
         by the executor): offloaded."""
@@ -528,6 +550,7 @@ cdef class _Tier(_Room):
     def tier_counters(self):
         """The host tier's counters (Runtime.stats, replays, coop bench)."""
         return {"offloads": self.offloads, "copies_ahead": self.copies_ahead,
+                "constants_on_host": self.constants_on_host,
                 "fetches": self.fetches,
                 "prefetches": self.prefetches, "bytes_d2h": self.bytes_d2h,
                 "bytes_h2d": self.bytes_h2d, "copy_exposed": self.copy_exposed,
