@@ -4,11 +4,12 @@
 parameters and optimizer state registered in an empty arena, and ends with the update. A
 training loop's later steps start where the step before left the arena (and the host tier).
 This script measures how far one step stands for them: it records each model for 1, 2, ...,
---steps steps (coop.models.paper's step repeated on the same inputs), replays every trace under
-each policy at each budget (a share of the one-step trace's unlimited peak, the same bytes for
-every trace; --thrash stops a run far past the bench's limit), and gives step k's compute overhead as the cost the k-th step
-adds (the k-step replay's total less the (k-1)-step replay's) over one unlimited step's. Step 1
-is the one-step replay, the figure `coop bench` reports.
+--steps steps (coop.models.paper's step repeated on the same inputs, the gradients dropped
+between steps), replays every trace under each policy at each budget (a share of the one-step
+trace's unlimited peak, the same bytes for every trace; --thrash stops a run far past the
+bench's limit), and gives step k's compute overhead as the cost the k-th step adds (the
+k-step replay's total less the (k-1)-step replay's) over one unlimited step's. Step 1 is the
+one-step replay, the figure `coop bench` reports.
 
 With --bench DIR (a `coop bench --out DIR` of the same optimizer and device), each policy's
 minimum feasible ratio there is replayed too: whether a loop's later steps still complete
@@ -18,8 +19,9 @@ that minimum upward (0.01 at a time, up to SPAN above it) the first ratio where 
 Prints a markdown table (OUT.md too), writes OUT.json (and OUT-scan.json) and draws OUT.png
 (each later step's overhead against the one-step replay's; with --scan, the minima).
 
-Run: python benchmarks/later_steps.py [--models bert_large,gpt2] [--policies coop,dtr,coop-offload]
-     [--ratios 0.5 0.3] [--steps 3] [--optimizer sgd] [--device a100-80gb] [--bench DIR]
+Run: python benchmarks/later_steps.py [--models bert_large,gpt2]
+     [--policies coop,dtr,dte,dtr-ideal,coop-offload] [--ratios 0.5 0.3] [--steps 3]
+     [--optimizer sgd] [--device a100-80gb] [--bench DIR] [--scan 0.2]
      [--out bench_out/later_steps] [--jobs 2]
 """
 import argparse

@@ -171,8 +171,9 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     until a choice needs more (Engine.open_tier), as a live training loop's later steps find it
     open once its first step opened it (docs/core.md, "The host tier"); the constants the trace
     registers before its first op that no free range holds then start in the host tier, as a
-    loop's step finds what the step before copied out (constants_on_host in the result). lower_bound_bytes=0
-    replays a live run's first step: the tier opens at its first blocked choice."""
+    loop's step finds what the step before copied out (constants_on_host in the result).
+    lower_bound_bytes=0 replays a live run's first step: the tier opens at its first blocked
+    choice."""
     program = _program(trace)
     ideal = get_policy(policy).ideal
     if (budget is None) == (ratio is None):
