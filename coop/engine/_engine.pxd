@@ -190,7 +190,7 @@ cdef class _Tier(_Room):
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
     cdef readonly double copy_hidden   # copy time that ran under compute (prefetches, copies ahead)
     cdef int _offload(self, int s) except -1
-    cdef int c_constant_on_host(self, int64_t size) except -2
+    cdef int _constant_on_host(self, int64_t size) except -2
     cdef int _leave(self, int s) except -1
     cdef double _copy_out(self, int s, int64_t need) noexcept
     cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept

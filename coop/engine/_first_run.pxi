@@ -7,9 +7,18 @@ cdef class _FirstRun(_Residency):
     Constants are recorded here too (c_constant)."""
 
     cdef int c_constant(self, int64_t size, Py_ssize_t off) except -1:
-        """A constant of size bytes: at off (an anonymous piece), or placed at the low end."""
+        """A constant of size bytes: at off (an anonymous piece), or placed at the low end; or,
+        in a run that stands for a later training step (its tier opened at the start for
+        constants: open_tier) before its first op, in the host tier when no free range holds
+        it (_constant_on_host)."""
         cdef vector[int] none
-        cdef int s = self._new_storage(size, -1, 0, 0.0, none, False)
+        cdef int s
+        if off < 0 and self.tier_constants and self.ops == 0 \
+                and self.arena.largest_free() < self.arena.request_size(size):
+            s = self._constant_on_host(size)
+            if s >= 0:
+                return s
+        s = self._new_storage(size, -1, 0, 0.0, none, False)
         try:
             if off >= 0:
                 self.c_bind(s, off)

@@ -123,15 +123,16 @@ cdef class _Tier(_Room):
         self._wait(self._copy_out(s, need))
         return self._leave(s)
 
-    cdef int c_constant_on_host(self, int64_t size) except -2:
-        """A constant that a later training step starts with in the host tier: registered
-        there, not resident, nothing copied nor charged (the step before copied it out, as this
-        step's own copies out stand for the next one's). For a replay whose tier opened at the
-        start (open_tier: a later step), its constants that find no free range before its first
-        op; -1 (nothing registered) when the tier is not open so or has no room for it."""
+    cdef int _constant_on_host(self, int64_t size) except -2:
+        """A constant that a later training step starts with in the host tier (c_constant):
+        registered there, not resident, nothing copied nor charged (the step before copied it
+        out, as this step's own copies out stand for the next one's). Sizes only (replays and
+        simulations, SizeExecutor: a backend with bytes has the constant's in the arena);
+        -1 (nothing registered) otherwise, or when the host tier has no room for it."""
         cdef int64_t need = self.arena.request_size(size)
         cdef vector[int] none
-        if not (self.offloading and self.tier_constants) or not self._host_room(need, True):
+        if not (self.offloading and isinstance(self.executor, SizeExecutor)) \
+                or not self._host_room(need, True):
             return -1
         cdef int s = self._new_storage(size, -1, 0, 0.0, none, False)
         self.on_host[s] = 1

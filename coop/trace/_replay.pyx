@@ -256,7 +256,6 @@ cdef class Replayer:
     cdef vector[int] sid_of            # program value -> engine storage, -1 before defined
     cdef vector[unsigned char] held    # the program holds the value (defined, not released)
     cdef readonly long long records
-    cdef bint started                  # a call or mutate has run
     cdef readonly int last_op          # the program op of the last call or mutate run, or -1
     cdef vector[int] read_ptr, reads   # the engine's reference: per value, the records reading it
 
@@ -274,19 +273,6 @@ cdef class Replayer:
         self.last_op = -1
         if self.engine.lookahead > 0:
             self._reference()
-
-    cdef int _constant(self, int64_t size) except -1:
-        """A constant of the program, placed; or, with the tier opened at the start (the
-        replay of a later step) and no op run yet, one that no free range holds starts in the
-        host tier (Engine.c_constant_on_host), as a loop's step finds it."""
-        cdef Engine e = self.engine
-        cdef int s
-        if not self.started and e.tier_constants \
-                and e.arena.largest_free() < e.arena.request_size(size):
-            s = e.c_constant_on_host(size)
-            if s >= 0:
-                return s
-        return e.c_constant(size, -1)
 
     cdef int _reference(self) except -1:
         """With lookahead the trace is the engine's reference (Engine.c_next_read): its
@@ -343,7 +329,6 @@ cdef class Replayer:
                     and kind != R_RELEASE and not self.held[arg]:
                 self._unheld(arg, i)
             if kind == R_CALL or kind == R_MUTATE:
-                self.started = True
                 e.c_ref_at(i)
                 self._apply(arg, kind == R_MUTATE)
                 if e.lookahead > 0:
@@ -351,7 +336,7 @@ cdef class Replayer:
             elif kind == R_CONSTANT:
                 if self.sid_of[arg] >= 0:
                     raise ValueError(f"record {i}: value {arg} is defined twice")
-                self._define(arg, self._constant(self.prog.value_size[arg]))
+                self._define(arg, e.c_constant(self.prog.value_size[arg], -1))
             elif kind == R_RELEASE:
                 if self.held[arg]:
                     self.held[arg] = 0
