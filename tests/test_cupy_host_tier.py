@@ -2,10 +2,12 @@
 
 Without a GPU: argument errors, the 0-byte round trip (no memory, stream or event), where
 from_host's array lands for each placement (its copy only enqueued) and, on a fake driver, the
-order of the events around a copy. A copy out ahead (to_host(..., ahead=True)) on the fake
-driver: the current stream is not held, and the piece's free orders its reuse after the copy.
-On a CUDA device (`cuda`): bytes back exactly, a freed piece reused while the copy out of it
-(plain or ahead) or into it could still run, and the pinned memory released by free_host."""
+order of the events around a copy. A copy out ahead (to_host(..., ahead=True)) and a copy back
+ahead (from_host(..., ahead=True), a prefetch) on the fake driver: the current stream is not
+held, the piece's free orders its reuse after the copy, and a prefetch's reader waits for it
+(await_host). On a CUDA device (`cuda`): bytes back exactly, a freed piece reused while the copy
+out of it (plain or ahead) or into it (plain or ahead) could still run, a copy back ahead
+running beside the stream's kernels, and the pinned memory released by free_host."""
 import weakref
 
 import numpy as np
@@ -95,14 +97,15 @@ def test_from_host_allocates_in_the_arena_with_the_placement_then_enqueues_the_c
     here: on_copy_stream is replaced by a recorder)."""
     enqueued = []
     monkeypatch.setattr(streams, "on_copy_stream",
-                        lambda device_id, copy: enqueued.append(device_id) or "e1")
+                        lambda device_id, copy, hold=True: enqueued.append((device_id, hold))
+                        or "e1")
     backend = fake_pool.bound()
     copy = HostCopy((1000,), np.dtype(np.float32), 4000, 0)
     back = backend.from_host(copy, placement)
     capacity = fake_pool.arena.capacity
     assert fake_pool.offset_of(back) == (0 if placement == EXPENSIVE else capacity - 4096)
     assert (back.shape, back.dtype, back.flags.c_contiguous) == ((1000,), cupy.float32, True)
-    assert enqueued == [0] and copy.done == "e1"
+    assert enqueued == [(0, True)] and copy.done == "e1"
     del back
     assert fake_pool.used_bytes() == 0
     fake_pool.arena.check()
@@ -162,12 +165,12 @@ def test_a_copy_out_ahead_leaves_the_stream_running_and_the_free_waits_for_it(ah
     pool, backend, driver = ahead
     array = cupy.empty(1000, dtype=cupy.float32)
     assert isinstance(array.data.mem._owner, PieceOwner)   # (not held: it frees the piece)
-    assert array.data.mem._owner.reader is None
+    assert array.data.mem._owner.copying is None
     copy = backend.to_host(array, ahead=True)
     # the copy waits for the stream's work so far; the stream does not wait for the copy
     assert driver.take() == [("record", "e1", "A"), ("wait", "copy0", "e1"),
                              ("copy", "copy0"), ("record", "e2", "copy0")]
-    assert copy.done.name == "e2" and array.data.mem._owner.reader is copy.done
+    assert copy.done.name == "e2" and array.data.mem._owner.copying is copy.done
     reused = cupy.empty(1000, dtype=cupy.float32)       # another piece: nothing to order
     assert driver.take() == []
     address = array.data.ptr
@@ -247,7 +250,7 @@ def test_a_plain_copy_holds_the_stream_and_marks_nothing(ahead):
     array = cupy.empty(1000, dtype=cupy.float32)
     copy = backend.to_host(array)
     assert driver.take()[-1] == ("wait", "A", copy.done.name)
-    assert array.data.mem._owner.reader is None
+    assert array.data.mem._owner.copying is None
     del array
     assert driver.take() == []
 
@@ -260,9 +263,62 @@ def test_a_view_the_pool_did_not_allocate_is_copied_as_without_ahead(ahead):
     assert not isinstance(view.data.mem._owner, PieceOwner)
     copy = backend.to_host(view, ahead=True)
     assert driver.take()[-1] == ("wait", "A", copy.done.name)
-    assert array.data.mem._owner.reader is None
+    assert array.data.mem._owner.copying is None
     del view, array
     assert driver.take() == []
+
+
+
+# ---- copies back ahead (prefetches), on the fake driver ----------------------------------------
+
+def test_a_copy_back_ahead_leaves_the_stream_running_and_its_reader_waits_for_it(ahead):
+    pool, backend, driver = ahead
+    copy = backend.to_host(cupy.empty(1000, dtype=cupy.float32))
+    driver.take()
+    back = backend.from_host(copy, EXPENSIVE, ahead=True)
+    # the copy waits for the stream's work so far; the stream does not wait for the copy
+    assert driver.take() == [("record", "e3", "A"), ("wait", "copy0", "e3"),
+                             ("copy", "copy0"), ("record", "e4", "copy0")]
+    assert copy.done.name == "e4" and back.data.mem._owner.copying is copy.done
+    cupy.empty(16, dtype=cupy.float32)             # the work in between: nothing ordered
+    assert driver.take() == []
+    backend.await_host(copy)                       # its reader's work waits for the copy
+    assert driver.take() == [("wait", "A", "e4")]
+    driver.finished.add("e4")
+    backend.await_host(copy)                       # the device passed it: nothing to wait for
+    assert driver.take() == []
+    del back                                       # a done copy orders nothing at the free
+    assert driver.take() == []
+
+
+def test_a_copy_back_ahead_dropped_unread_orders_the_pieces_reuse_after_it(ahead):
+    """A prefetched array dropped before its reader (evicted, or offloaded again for free):
+    the piece is handed out at once, so its stream waits for the copy writing it first."""
+    pool, backend, driver = ahead
+    copy = backend.to_host(cupy.empty(1000, dtype=cupy.float32))
+    back = backend.from_host(copy, EXPENSIVE, ahead=True)
+    driver.take()
+    address = back.data.ptr
+    del back
+    assert driver.take() == [("wait", "A", copy.done.name)]
+    again = cupy.empty(1000, dtype=cupy.float32)
+    assert again.data.ptr == address and driver.take() == []
+
+
+def test_a_plain_copy_back_holds_the_stream_and_marks_nothing(ahead):
+    pool, backend, driver = ahead
+    copy = backend.to_host(cupy.empty(1000, dtype=cupy.float32))
+    back = backend.from_host(copy, EXPENSIVE)
+    assert driver.take()[-1] == ("wait", "A", copy.done.name)
+    assert back.data.mem._owner.copying is None
+    del back
+    assert driver.take() == []
+
+
+def test_await_host_takes_only_host_copies(fake_pool):
+    with pytest.raises(TypeError, match="await_host takes what to_host returned"):
+        fake_pool.bound().await_host(np.zeros(3))
+    fake_pool.bound().await_host(HostCopy((0,), np.dtype(np.float32), 0, 0))   # no copy: nothing
 
 
 # ---- on a CUDA device --------------------------------------------------------------------------
@@ -404,6 +460,53 @@ def test_from_host_copies_after_the_pieces_last_use_and_before_its_consumer(pool
         assert (float(doubled.min()), float(doubled.max())) == (10.0, 10.0), i
         assert (float(back.min()), float(back.max())) == (5.0, 5.0), i
         del back, doubled
+    backend.free_host(copy)
+
+
+
+@pytest.mark.cuda
+def test_a_copy_back_ahead_runs_beside_the_stream_and_lands_before_its_reader(pool):
+    """A prefetch of a large array while a slow kernel runs on the current stream, then that
+    kernel's successor: the copy is not held up by it (it ran beside the kernel, which the
+    plain copy back would have waited for); the reader, after await_host, reads the copy."""
+    backend = pool.bound()
+    n = 128 * MiB // 4
+    copy = backend.to_host(cupy.full(n, 7.0, dtype=cupy.float32))
+    busy = cupy.empty(1, dtype=cupy.float32)
+    slow_fill(busy, 0.0, 1000)                       # compiled outside the race
+    cupy.cuda.Stream.null.synchronize()
+    beside = 0
+    for i in range(4):
+        back = backend.from_host(copy, EXPENSIVE, ahead=True)
+        slow_fill(busy, float(i), 200_000_000)       # ~0.1 s on the current stream
+        copy.done.synchronize()                      # the copy ends ...
+        beside += not cupy.cuda.Stream.null.done     # ... while the slow kernel still runs
+        backend.await_host(copy)
+        doubled = back * 2                           # the reader
+        cupy.cuda.Stream.null.synchronize()
+        assert (float(doubled.min()), float(doubled.max())) == (14.0, 14.0), i
+        del back, doubled
+    backend.free_host(copy)
+    assert beside >= 3, f"the copy back ahead waited for the stream's kernel {4 - beside} times in 4"
+
+
+@pytest.mark.cuda
+def test_a_piece_copied_back_ahead_and_dropped_unread_is_overwritten_only_after_the_copy(pool):
+    """A prefetch into a piece, the array dropped unread and the piece handed out at once and
+    filled: the fill must land after the copy (the piece's free made the stream wait for it)."""
+    backend = pool.bound()
+    n = 256 * MiB // 4
+    copy = backend.to_host(cupy.full(n, 3.0, dtype=cupy.float32))
+    for i in range(4):
+        back = backend.from_host(copy, EXPENSIVE, ahead=True)
+        address = back.data.ptr
+        del back
+        reuse = cupy.empty(n, dtype=cupy.float32)
+        assert reuse.data.ptr == address
+        reuse.fill(float(-i))
+        cupy.cuda.Stream.null.synchronize()
+        assert (float(reuse.min()), float(reuse.max())) == (-i, -i), i
+        del reuse
     backend.free_host(copy)
 
 

@@ -7,15 +7,18 @@ from unittest.mock import ANY
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from _arena import SEARCH_TIMES
 from _gradcheck import deep_mlp, deep_mlp_loss
+from _late_copies import LateCopies
 from _training import step
 
 import coop
 import coop.trace.replay as R
 from coop.models import GPT
 from coop.optim import AdamW
-from coop._core import Arena
+from coop._core import CHEAP, Arena
 from coop.engine import Engine, SizeExecutor
 from coop.cli.replay import failure
 from coop.engine.cost import DEVICES
@@ -407,6 +410,26 @@ def test_a_live_run_prefetches_by_the_previous_steps_order():
     rt.arena.check()
 
 
+
+def test_a_prefetched_array_is_read_only_after_its_copy_is_awaited():
+    """A live run with lookahead on a backend whose copies back ahead arrive only when
+    awaited (LateCopies): every prefetch's reader (a kernel, a recompute, a move) waits for it
+    first, and one dropped unread is never awaited (its late copy could land on a piece handed
+    out again). The training equals the unlimited run's bit for bit."""
+    budget, _, (ref_losses, reference) = below_the_bound(lambda rt: train_gpt(rt, steps=4))
+    backend = LateCopies(budget, 64)
+    rt = coop.Runtime(backend, policy="coop-offload", cost="cpu", lookahead=8)
+    losses, got = train_gpt(rt, steps=4)
+    assert losses == ref_losses
+    for a, b in zip(got, reference):
+        np.testing.assert_array_equal(a, b)
+    s = rt.stats()
+    assert s["prefetches"] > 0 and backend.landed > 0
+    # each prefetch is awaited by its reader or left unread (dropped, or resident at the end)
+    assert backend.landed + len(backend.late) <= s["prefetches"]
+    rt.arena.check()
+
+
 #: w (2048 bytes) is read by f; q needs room (the first eviction: f's output), r computes for
 #: 1e4 ns with the device-to-host engine idle, then k's 3072 bytes need w's range
 AHEAD = [
@@ -728,3 +751,105 @@ def test_a_later_step_starts_with_the_constants_that_do_not_fit_in_the_host_tier
     assert (full["status"], full["constants_on_host"], full["host_refusals"]) == ("oom", 0, 2)
     # no tier, no start in it
     assert R.replay(path, budget=4096, policy="coop")["status"] == "oom"
+
+
+class Ordered(SizeExecutor):
+    """Sizes only, checking the order a device needs of a copy back ahead (a prefetch: fetch
+    with ahead): nothing moves, slides, frees or copies out its storage before the engine
+    awaits it (await_fetch); kernels' inputs are checked by the caller (loop)."""
+
+    def __init__(self):
+        self.coming = set()
+        self.awaited = set()
+        self.moved_after_await = 0
+
+    def fetch(self, s, placement, ahead=False):
+        SizeExecutor.fetch(self, s, placement, ahead)
+        if ahead:
+            self.coming.add(s)
+        return 0
+
+    def await_fetch(self, s):
+        assert s in self.coming, f"storage {s} awaited, but no copy back ahead is coming"
+        self.coming.discard(s)
+        self.awaited.add(s)
+        return 0
+
+    def relocate(self, s, src, dst):
+        assert s not in self.coming, f"storage {s} moved before its copy back was awaited"
+        self.moved_after_await += s in self.awaited
+        return True
+
+    def slide(self, s, src, dst):
+        assert s not in self.coming, f"storage {s} slid before its copy back was awaited"
+        return True
+
+    def drop(self, s):
+        assert s not in self.coming, f"storage {s} freed before its copy back was awaited"
+        self.awaited.discard(s)
+        return SizeExecutor.drop(self, s)
+
+    def offload(self, s, ahead=False):
+        assert s not in self.coming, f"storage {s} copied out before its copy back was awaited"
+        return True
+
+
+def engine_loop(params, body, budget, lookahead, steps=3):
+    """A live training loop through the engine's API (as coop.Runtime drives it) on an Ordered
+    executor: `params` constants (their sizes); each step runs body's ops, each (two input
+    indices into the parameters and the step's values so far, output bytes, cost, and whether
+    the step's oldest value is released after it), releases its values and ends (step())."""
+    ex = Ordered()
+    e = Engine(Arena(budget, 512), "coop-offload", ex, lookahead=lookahead)
+    e.step_prefetch = True
+    ps = []
+    for nbytes in params:
+        ps.append(e.constant(nbytes))
+        e.retain(ps[-1])
+    for _ in range(steps):
+        acts = []
+        for (i, j), nbytes, cost, release in body:
+            pool = ps + acts
+            ins = list(dict.fromkeys([pool[i % len(pool)], pool[j % len(pool)]]))
+            o = e.begin(ins, CHEAP)
+            assert not set(ins) & ex.coming, "a kernel's input read before its copy back came"
+            (s,) = e.finish_call(o, cost, [(nbytes, -1)])
+            e.retain(s)
+            acts.append(s)
+            if release and len(acts) > 1:
+                e.unref(acts.pop(0))
+        for s in acts:
+            e.unref(s)
+        e.step()
+        e.arena.check()
+    assert e.pinned() == {}
+    return e, ex
+
+
+def test_a_prefetched_storage_is_awaited_before_a_move_reads_it():
+    """A live loop (found by a random search) whose window moves a parameter the step's
+    prefetch is still bringing back: the move waits for the copy (a device's move would read
+    bytes the copy has not written yet), and so does every reader, free and copy out."""
+    params = [1536, 2048, 512, 512, 1536, 512]
+    body = [((43, 77), 512, 1e4, False), ((56, 53), 2048, 1e3, False),
+            ((58, 74), 3072, 1e3, True), ((99, 73), 512, 1e3, False),
+            ((59, 96), 512, 1e5, True), ((95, 80), 2560, 1e5, True),
+            ((8, 76), 512, 1e5, False), ((75, 95), 1024, 1e4, True),
+            ((50, 52), 512, 1e4, False), ((52, 20), 512, 1e5, False)]
+    e, ex = engine_loop(params, body, 6144, lookahead=8)
+    assert ex.moved_after_await >= 1 and e.tier_counters()["prefetches"] > 0
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(params=st.lists(st.integers(1, 4).map(lambda k: 512 * k), min_size=2, max_size=6),
+       body=st.lists(st.tuples(st.tuples(st.integers(0, 99), st.integers(0, 99)),
+                               st.integers(1, 6).map(lambda k: 512 * k),
+                               st.sampled_from([1e3, 1e4, 1e5]), st.booleans()),
+                     min_size=3, max_size=10),
+       budget=st.sampled_from([3072, 4096, 6144, 8192]), lookahead=st.sampled_from([2, 8]))
+def test_a_live_loops_prefetches_are_awaited_before_their_storage_is_touched(
+        params, body, budget, lookahead):
+    try:
+        engine_loop(params, body, budget, lookahead)
+    except coop.OutOfMemoryError:
+        pass

@@ -33,9 +33,10 @@ cdef class PieceOwner:
     no_gc_clear as well). Its free reads nothing from ``home`` but the stream order and its
     lock, which a collected pool may have lost (then there is nothing to order).
 
-    ``reader``: a copy out ahead (``to_host(array, ahead=True)``) may still read the piece;
-    its free then makes the piece's stream wait for that copy first
-    (``coop.backends.streams.await_reader``)."""
+    ``copying``: a copy on the copy stream that the current stream does not wait for may
+    still read the piece (a copy out ahead, ``to_host(array, ahead=True)``) or write it (a
+    copy back ahead, ``from_host(copy, placement, ahead=True)``); its free then makes the
+    piece's stream wait for that copy first (``coop.backends.streams.await_copy``)."""
     cdef readonly object home          # the pool's _DeviceArena: keeps arena and memory alive
     cdef Arena arena                   # home.arena, for the C free
     cdef readonly size_t offset        # the piece's offset in the arena
@@ -45,8 +46,8 @@ cdef class PieceOwner:
     cdef readonly Py_ssize_t memory_id # id() of its UnownedMemory, the hooks' pmem_id
     cdef readonly size_t ptr           # the piece's address (base + offset), for the hooks
     cdef readonly int device_id        # its device, for the hooks
-    cdef public object reader          # the event of a copy out ahead that may still read the
-                                       # piece (None: none): its free orders reuse after it
+    cdef public object copying         # the event of a copy ahead that may still read or write
+                                       # the piece (None: none): its free orders reuse after it
 
     def __dealloc__(self):
         if self.arena is None:
@@ -68,15 +69,16 @@ cdef class PieceOwner:
 
     cdef _free(self):
         home = self.home
-        reader, self.reader = self.reader, None
+        copying, self.copying = self.copying, None
         try:
-            if reader is not None:
-                # a copy out ahead may still read the piece: whoever gets it next waits for it
+            if copying is not None:
+                # a copy ahead may still read or write the piece: whoever gets it next waits
+                # for it
                 # (a collected home has lost its slots: its memory goes with it)
                 lock = getattr(home, "lock", None)
                 if lock is not None:
                     with lock:
-                        streams.await_reader(home, self.stream_key, reader)
+                        streams.await_copy(home, self.stream_key, copying)
         finally:    # the piece is freed even if a driver call failed
             self.arena.c_free(self.offset)
             order = getattr(home, "order", None)   # a collected home has lost its slots

@@ -260,14 +260,19 @@ cdef class HostBackend:
         self.n_to_host_bytes += array.nbytes
         return copy
 
-    def from_host(self, copy, int placement):
-        """A new C-contiguous array in the arena (placement's class) holding copy's bytes."""
+    def from_host(self, copy, int placement, bint ahead=False):
+        """A new C-contiguous array in the arena (placement's class) holding copy's bytes. The
+        copy is done when this returns, so a copy back ahead (ahead) is the same copy."""
         with self.placing(placement):
             array = numpy.empty(copy.shape, copy.dtype)
         numpy.copyto(array, copy, casting="no")
         self.n_from_host += 1
         self.n_from_host_bytes += array.nbytes
         return array
+
+    def await_host(self, copy):
+        """Nothing to wait for: from_host's copy is done when it returns."""
+        return None
 
     def free_host(self, copy):
         """Nothing to do: the copy's bytearray goes with its last reference."""

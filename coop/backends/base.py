@@ -111,10 +111,19 @@ class Backend(abc.ABC):
         use, which must not hold up the work after it."""
         raise NotImplementedError(f"{type(self).__name__} has no host tier")
 
-    def from_host(self, copy, placement):
+    def from_host(self, copy, placement, ahead=False):
         """A new C-contiguous array in the arena (placed with placement, as an allocation
-        of the backend's is) holding the bytes of to_host's copy."""
+        of the backend's is) holding the bytes of to_host's copy. ahead (a prefetch: the
+        array is read only after await_host(copy)): the copy may run beside the work after
+        it, which must then not hold up; the array's memory, if freed first, must not be
+        handed out again before the copy ends."""
         raise NotImplementedError(f"{type(self).__name__} has no host tier")
+
+    def await_host(self, copy):
+        """The array from_host(copy, ..., ahead=True) made is about to be read: the work from
+        now on waits for that copy. Nothing to do where from_host's copy is done when it
+        returns."""
+        return None
 
     def free_host(self, copy):
         """Free to_host's copy (safe to call twice)."""

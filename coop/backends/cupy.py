@@ -21,7 +21,9 @@ second stream appears.
 Host tier: a runtime's bound pool copies an array to pinned host memory (``to_host``, a
 ``HostCopy``), back into the arena (``from_host``) and releases the host copy (``free_host``),
 each copy on the device's copy stream and ordered with the current stream by events (see
-``coop.backends.streams.on_copy_stream``).
+``coop.backends.streams.on_copy_stream``); a copy ahead (out: ``to_host(array, ahead=True)``;
+back, a prefetch: ``from_host(copy, placement, ahead=True)`` then ``await_host(copy)`` before its
+reader) leaves the current stream running beside it.
 
 A coop.Runtime binds to the device current when it is made (`bound`): used with another device
 current, it raises ``RuntimeError``; the pool itself serves every device (one arena each).
@@ -561,8 +563,9 @@ class _BoundPool(Backend):
     #: the host tier: to_host, from_host and free_host copy through pinned host memory on a
     #: copy stream (an offloading policy's offloads; run on an H200 by the device check)
     can_offload = True
-    #: copies out ahead: to_host(array, ahead=True) leaves the current stream running beside
-    #: the copy; the array's piece, whenever it is freed, makes its stream wait for the copy
+    #: copies ahead: to_host(array, ahead=True) and from_host(copy, placement, ahead=True)
+    #: leave the current stream running beside the copy; the array's piece, whenever it is
+    #: freed, makes its stream wait for the copy (and a copy back's reader, await_host)
     can_copy_ahead = True
 
     def __init__(self, pool, device_id):
@@ -629,7 +632,7 @@ class _BoundPool(Backend):
 
         ``ahead`` (a copy out ahead of the pressure, from an array that stays in use): the
         current stream runs on beside the copy, and the array's piece remembers it
-        (``PieceOwner.reader``): when the piece is freed, later, its stream waits for the copy
+        (``PieceOwner.copying``): when the piece is freed, later, its stream waits for the copy
         before the piece can be written again. An array this pool did not allocate (a view of
         array_at's) has no piece to remember it: its copy holds the current stream, as
         without ``ahead``. Writing the array in place while the copy runs is the caller's to
@@ -663,13 +666,20 @@ class _BoundPool(Backend):
                 source.copy_to_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)),
                 hold=not marked)
             if marked:
-                piece.reader = copy.done
+                piece.copying = copy.done
         return copy
 
-    def from_host(self, copy, placement):
+    def from_host(self, copy, placement, ahead=False):
         """A new C-contiguous device array (allocated with this placement class, so it may
         evict) holding the HostCopy's bytes, copied on the device's copy stream after the
-        current stream's work so far; the current stream's next work waits for the copy."""
+        current stream's work so far; the current stream's next work waits for the copy.
+
+        ``ahead`` (a copy back ahead of its reader: a prefetch): the current stream runs on
+        beside the copy, so that the kernels enqueued before the reader's run under it; the
+        reader's work waits for it (``await_host(copy)``, which coop's engine calls before the
+        array is read, written, moved, copied out or freed), and the array's piece remembers
+        it (``PieceOwner.copying``): if the piece is freed first all the same, its stream waits
+        for the copy before the piece can be written again."""
         pool = self._live()
         if not isinstance(copy, HostCopy):
             raise TypeError(f"coop: from_host takes what to_host returned (a HostCopy), not "
@@ -685,9 +695,25 @@ class _BoundPool(Backend):
             array = cupy.empty(copy.shape, copy.dtype)
         if copy.nbytes:
             memory, target, nbytes = copy.memory, array.data, copy.nbytes
+            piece = target.mem._owner if ahead else None
+            marked = isinstance(piece, PieceOwner) and \
+                piece.home is pool._homes.get(self.device_id)
             copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
-                target.copy_from_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)))
+                target.copy_from_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)),
+                hold=not marked)
+            if marked:
+                piece.copying = copy.done
         return array
+
+    def await_host(self, copy):
+        """The array from_host(copy, ..., ahead=True) made is about to be read: the current
+        stream's later work waits for the copy (enqueued: the host does not block); nothing
+        once the device has passed it, or for a copy that held the stream already."""
+        if not isinstance(copy, HostCopy):
+            raise TypeError(f"coop: await_host takes what to_host returned (a HostCopy), not "
+                            f"{type(copy).__name__}")
+        if copy.done is not None:
+            streams.await_arrival(self.device_id, copy.done)
 
     def free_host(self, copy):
         """Release the HostCopy's pinned memory now (after its last copy, if that is still

@@ -7,9 +7,10 @@ once (A's order protects it); before another stream B receives memory after free
 (``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``) share one handle but are distinct streams, one per
 thread. ``StreamOrder`` is one device's bookkeeping; the pool makes it when a second stream
 allocates. ``on_copy_stream`` runs a copy to or from host memory on the device's copy stream,
-ordered with the current stream both ways by events (a copy out ahead one way only: the piece's
-free waits for it, ``await_reader``). The driver calls are the functions below, which tests
-replace with fakes.
+ordered with the current stream both ways by events; a copy ahead one way only: the current
+stream runs on beside it, the piece's free waits for it (``await_copy``), and a copy back ahead's
+reader waits for it first (``await_arrival``). The driver calls are the functions below, which
+tests replace with fakes.
 """
 import itertools
 import threading
@@ -17,8 +18,8 @@ import weakref
 
 import cupy
 
-__all__ = ["PER_THREAD_STREAM", "StreamOrder", "await_reader", "copy_stream", "current_stream",
-           "on_copy_stream", "thread_number"]
+__all__ = ["PER_THREAD_STREAM", "StreamOrder", "await_arrival", "await_copy", "copy_stream",
+           "current_stream", "on_copy_stream", "thread_number"]
 
 PER_THREAD_STREAM = cupy.cuda.runtime.streamPerThread  # the handle every thread's PTDS shares
 
@@ -233,9 +234,10 @@ def on_copy_stream(device_id, copy, hold=True):
     pool hands a freed piece out at once (frees are not stream ordered), and the next kernel
     on the current stream, or on a stream that waits for this one's frees (StreamOrder), runs
     only after the copy read or wrote it. Without ``hold`` (a copy out ahead, from a piece
-    that stays in use) the current stream runs on beside the copy; the caller marks the piece
-    (``PieceOwner.reader``), so that whenever it is freed its stream waits for the copy first
-    (``await_reader``)."""
+    that stays in use; a copy back ahead, into a piece read only later) the current stream
+    runs on beside the copy; the caller marks the piece (``PieceOwner.copying``), so that
+    whenever it is freed its stream waits for the copy first (``await_copy``), and a copy
+    back's reader waits for it before it reads (``await_arrival``)."""
     # What CuPy does with these (cupy/cuda/stream.pyx, memory.pyx): Event.record(stream) is
     # runtime.eventRecord(event.ptr, stream.ptr); Stream.wait_event(event) is
     # runtime.streamWaitEvent(stream.ptr, event.ptr), which orders the stream's later work after
@@ -256,9 +258,18 @@ def on_copy_stream(device_id, copy, hold=True):
     return finished
 
 
-def await_reader(home, key, event):
+def await_arrival(device_id, event):
+    """A copy back ahead (``event``: done once the copy is) is about to be read: the current
+    stream's later work waits for it (an enqueued wait: the host does not block); nothing
+    when the device has passed it already."""
+    if done(event):
+        return
+    wait(current_stream(device_id)[1], event)
+
+
+def await_copy(home, key, event):
     """A piece of ``home`` (a pool's _DeviceArena) is being freed on stream ``key`` while a copy
-    out ahead may still read it (``event``: done once the copy is): that stream's later work,
+    ahead may still read or write it (``event``: done once the copy is): that stream's later work,
     which may be handed the piece at once, and every stream that waits for its frees
     (StreamOrder), wait for the copy first. A piece of a ``base=`` pool (no stream of its own:
     key None) and a stream that cannot be reached from here (gone, or another thread's

@@ -33,7 +33,8 @@ cdef class Executor:
     cpdef bint slide(self, int storage, Py_ssize_t src, Py_ssize_t dst) except -1
     cpdef int moved(self) except -1
     cpdef bint offload(self, int storage, bint ahead=*) except -1
-    cpdef int fetch(self, int storage, int placement) except -1
+    cpdef int fetch(self, int storage, int placement, bint ahead=*) except -1
+    cpdef int await_fetch(self, int storage) except -1
     cpdef int forget_host(self, int storage) except -1
 
 
@@ -78,6 +79,7 @@ cdef class _Records(_Clock):
     cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency
     cdef vector[unsigned char] on_host # its bytes are in the host tier (offloaded), not resident
     cdef vector[double] ready_at       # a prefetch's copy back completes then (the clock); 0: none
+    cdef vector[unsigned char] coming  # a prefetch's copy back not yet awaited (executor)
     cdef vector[double] out_at         # a copy out ahead completes then (the clock); 0: none
     cdef vector[int] free_sids         # dead storage ids, reused first
     cdef Py_ssize_t n_alive            # live storage records
@@ -141,6 +143,7 @@ cdef class _Room(_Records):
     cdef bint _room_for(self, int o, vector[size_t]& need) except -1
     cdef int _make_room(self, int o) except -1
     cdef int _moved_to(self, int s, size_t dst) except -1
+    cdef int _arrived(self, int s) except -1
     cdef int _release(self, vector[Py_ssize_t]& taken) except -1
 
 
@@ -196,7 +199,7 @@ cdef class _Tier(_Room):
     cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept
     cdef int _wait(self, double done) except -1
     cdef int _wait_hidden(self, double done) except -1
-    cdef int _bring_back(self, int s) except -1
+    cdef int _bring_back(self, int s, bint ahead) except -1
     cdef bint _host_room(self, int64_t need, bint constant) except -1
     cdef int _host_drop(self, int s) except -1
     cdef int c_fetch(self, int s) except -1
@@ -204,6 +207,7 @@ cdef class _Tier(_Room):
     cdef bint c_prefetch_room(self, int s) except -1
     cdef bint _prefetched(self, int s) except -1
     cdef int c_await(self, int s) except -1
+    cdef int _arrived(self, int s) except -1
     cdef int c_copy_ahead(self) except -1
     cdef void _pool_constant(self, int s) noexcept
     cdef int c_step_reads(self, vector[int]& inputs) except -1

@@ -106,10 +106,18 @@ cdef class Executor:
         copy must not hold up the work after it, nor its memory be reused before it ends."""
         return False
 
-    cpdef int fetch(self, int storage, int placement) except -1:
+    cpdef int fetch(self, int storage, int placement, bint ahead=False) except -1:
         """Give offloaded storage memory (Engine.c_place, or an allocation then c_bind) that
-        holds the bytes of its host copy; the copy may go (forget_host follows)."""
+        holds the bytes of its host copy; the copy may go (forget_host follows). ahead (a
+        prefetch, ahead of its reader): the copy need not be done when this returns, nor hold
+        up the work after it; the engine calls await_fetch before anything reads, writes,
+        moves or copies out the storage, drops its host copy or frees its memory."""
         raise NotImplementedError
+
+    cpdef int await_fetch(self, int storage) except -1:
+        """storage's copy back ahead (fetch with ahead) is about to be read: the work from now
+        on waits for it."""
+        return 0
 
     cpdef int forget_host(self, int storage) except -1:
         """storage's host copy is no longer needed: free it."""

@@ -38,6 +38,7 @@ cdef class _Records(_Clock):
         self.temp.push_back(0)
         self.on_host.push_back(0)
         self.ready_at.push_back(0.0)
+        self.coming.push_back(0)
         self.out_at.push_back(0.0)
         return s
 
@@ -226,6 +227,7 @@ cdef class _Records(_Clock):
         self.remade[s] = 0
         self.on_host[s] = 0
         self.ready_at[s] = 0.0
+        self.coming[s] = 0
         self.consumers[s].clear()
         self.free_sids.push_back(s)
         self.n_alive -= 1

@@ -17,9 +17,17 @@ cdef class _Room(_Records):
         """The core moves resident s (coop's window): the executor copies its bytes; the cost
         (bytes times move_rate) is charged as executed cost and advances the clock."""
         cdef int s = <int>arena.c_sid(slot)
-        if self.held[s] or not self.executor.relocate(s, <Py_ssize_t>src, <Py_ssize_t>dst):
+        if self.held[s]:
+            return 0
+        self._arrived(s)
+        if not self.executor.relocate(s, <Py_ssize_t>src, <Py_ssize_t>dst):
             return 0
         return self._moved_to(s, dst)
+
+    cdef int _arrived(self, int s) except -1:
+        """Resident s is about to be moved: its bytes must be there (the host tier waits for
+        a prefetched copy still coming back: _Tier)."""
+        return 0
 
     cdef int _moved_to(self, int s, size_t dst) except -1:
         """s now lives at dst: the copy (bytes times move_rate) is charged as executed cost and
@@ -36,7 +44,10 @@ cdef class _Room(_Records):
         """The core compacts a window (c_compact): the executor moves resident s's bytes down
         in place; charged as a move (bytes times move_rate)."""
         cdef int s = <int>arena.c_sid(slot)
-        if self.held[s] or not self.executor.slide(s, <Py_ssize_t>src, <Py_ssize_t>dst):
+        if self.held[s]:
+            return 0
+        self._arrived(s)
+        if not self.executor.slide(s, <Py_ssize_t>src, <Py_ssize_t>dst):
             return 0
         return self._moved_to(s, dst)
 

@@ -15,7 +15,7 @@ cdef class SizeExecutor(Executor):
     cpdef bint offload(self, int s, bint ahead=False) except -1:
         return True
 
-    cpdef int fetch(self, int s, int placement) except -1:
+    cpdef int fetch(self, int s, int placement, bint ahead=False) except -1:
         self.engine.c_place(s, placement)
         return 0
 

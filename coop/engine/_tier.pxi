@@ -38,9 +38,12 @@ cdef class _Tier(_Room):
 
     cdef double _copies(self, int s) noexcept:
         """What s's offload costs: its copy out and back, or with a cached host copy the copy
-        back alone."""
+        back alone; while a copy back ahead into it is still coming, also what is left of that
+        copy, which its piece waits for before it can be reused (_leave)."""
+        cdef double wait = self.ready_at[s] - self.now if self.coming[s] else 0.0
         return <double>self.arena.request_size(self.size[s]) * (
-            self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate)
+            self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate) \
+            + (wait if wait > 0.0 else 0.0)
 
     cdef bint _ref_running(self) noexcept:
         """A reference is known and a position in it is running."""
@@ -148,7 +151,10 @@ cdef class _Tier(_Room):
 
     cdef int _leave(self, int s) except -1:
         """Resident s, whose bytes are in the host tier, leaves its piece (unbound, then freed
-        by the executor): offloaded."""
+        by the executor): offloaded. A copy back ahead into it still coming ends first: the
+        piece is reused at once."""
+        if self.coming[s]:
+            self.c_await(s)
         self.arena.c_unbind(self.slot[s])
         if not self.executor.drop(s):
             raise RuntimeError(f"the executor could not free offloaded storage {s}")
@@ -189,14 +195,15 @@ cdef class _Tier(_Room):
             self.copy_hidden -= done - self.now
         return self._wait(done)
 
-    cdef int _bring_back(self, int s) except -1:
+    cdef int _bring_back(self, int s, bint ahead) except -1:
         """Give offloaded s memory holding its host copy's bytes (the executor's fetch: placed
         as its producer's outputs); the copy stays, cached. Its host copy is not dropped
-        while room is made for it (_host_room)."""
+        while room is made for it (_host_room). ahead: a prefetch, whose copy the executor
+        may leave running beside the work after it until c_await."""
         cdef int outer = self.bringing
         self.bringing = s
         try:
-            self.executor.fetch(s, self._placement_of_storage(s))
+            self.executor.fetch(s, self._placement_of_storage(s), ahead)
         finally:
             self.bringing = outer
         if self.offset[s] < 0:
@@ -244,8 +251,12 @@ cdef class _Tier(_Room):
 
     cdef int _host_release(self, int s) except -1:
         """s's host copy goes (its record died, its bytes changed, or it is dropped); a
-        resident s leaving again would have to copy out."""
+        resident s leaving again would have to copy out. A copy back ahead from it that is
+        still coming ends first (c_await): a copy out of s, a reader, or the next owner of its
+        freed piece, needs that copy done."""
         cdef bint cached
+        if self.coming[s]:
+            self.c_await(s)
         if self.on_host[s]:
             cached = self.on_host[s] == 2
             self.on_host[s] = 0
@@ -264,7 +275,7 @@ cdef class _Tier(_Room):
     cdef int c_fetch(self, int s) except -1:
         """Bring offloaded s back on demand: memory for it (placed as its producer's outputs,
         evicting as the policy chooses), its bytes copied back; the clock waits for the copy."""
-        self._bring_back(s)
+        self._bring_back(s, False)
         self.fetches += 1
         return self._wait(self._copy(&self.h2d_free_at, self.size[s], self.h2d_rate))
 
@@ -276,7 +287,7 @@ cdef class _Tier(_Room):
         if self.on_host[s] != 1 or self.offset[s] >= 0 \
                 or self.arena.largest_free() < self.arena.request_size(self.size[s]):
             return False
-        self._bring_back(s)
+        self._bring_back(s, True)
         return self._prefetched(s)
 
     cdef bint c_prefetch_room(self, int s) except -1:
@@ -290,7 +301,7 @@ cdef class _Tier(_Room):
         if self.on_host[s] != 1 or self.offset[s] >= 0:
             return False
         try:
-            self._bring_back(s)
+            self._bring_back(s, True)
         except OutOfMemoryError:
             return False
         return self._prefetched(s)
@@ -300,8 +311,10 @@ cdef class _Tier(_Room):
         host-to-device engine; its reader waits for what is left of it (c_await)."""
         self.arena.c_touch(self.slot[s], self.now)   # just brought back: not the next victim
         self.prefetches += 1
+        self.coming[s] = 1
         self.ready_at[s] = self._copy(&self.h2d_free_at, self.size[s], self.h2d_rate)
         self.copy_hidden += <double>self.size[s] * self.h2d_rate   # less what c_await waits
+        self._offer(s)      # priced with the copy's wait until c_await
         return True
 
     cdef int c_ref_reads(self, int s, int* positions, Py_ssize_t n) except -1:
@@ -409,11 +422,24 @@ cdef class _Tier(_Room):
         self.ref_known.resize(kept)
         return 0
 
+    cdef int _arrived(self, int s) except -1:
+        """A move reads s's bytes: a prefetched copy still coming back ends first (c_await)."""
+        if self.coming[s]:
+            self.c_await(s)
+        return 0
+
     cdef int c_await(self, int s) except -1:
-        """s is about to be read: the clock waits for what is left of its prefetched copy."""
+        """s is about to be read, written, moved or copied out, or its host copy dropped or its
+        piece freed: the clock waits for what is left of its prefetched copy, and the executor
+        orders the work from now on after that copy (a prefetch's copy runs beside the ops
+        before its reader: Executor.fetch with ahead)."""
         if self.ready_at[s] > 0.0:
             self._wait_hidden(self.ready_at[s])
             self.ready_at[s] = 0.0
+        if self.coming[s]:
+            self.coming[s] = 0
+            self.executor.await_fetch(s)
+            self._offer(s)
         return 0
 
     cdef void _pool_constant(self, int s) noexcept:
