@@ -14,15 +14,13 @@ rows count the update ops wherever they run. Costs are in the trace's units (ns 
 roofline cost models), bytes as copied.
 """
 import argparse
+import os
 
-from coop._core import Arena
 from coop.budget import parse_budget
-from coop.engine.policies import get_policy
 from coop.errors import OutOfMemoryError, Thrash
 from coop.optim import ADAMW, APPLY, EMA, EMA_SQUARE, MOMENTUM, SCALE, SGD_STEP
-from coop.trace._replay import Replayer
-from coop.trace.replay import (DEFAULT_LOOKAHEAD, _alignment, _program, copy_cost, host_link,
-                               open_tier_below_bound, unlimited)
+from coop.trace.replay import (DEFAULT_ALIGNMENT, DEFAULT_LOOKAHEAD, load, make_replayer,
+                               unlimited)
 
 #: the kernels of coop.optim's updates
 UPDATE_OPS = frozenset(k.name for k in (SGD_STEP, MOMENTUM, APPLY, SCALE, EMA, EMA_SQUARE, ADAMW))
@@ -32,15 +30,13 @@ PHASES = ("forward", "backward", "update")
 def phases(trace, budget=None, ratio=None, policy="coop-offload", lookahead=DEFAULT_LOOKAHEAD):
     """Replay trace (a path or Program) at budget bytes or ratio of its peak; returns (status,
     compute overhead, {phase: dict(records, ops, cost, exposed, bytes_d2h, bytes_h2d)})."""
-    program = _program(trace)
-    align = _alignment(program, None)
+    program = load(trace) if isinstance(trace, (str, os.PathLike)) else trace
+    align = int(program.meta.get("alignment") or DEFAULT_ALIGNMENT)
     base = unlimited(program)
-    nbytes = int(ratio * base["peak_bytes"]) if ratio is not None else parse_budget(budget)
-    arena = Arena(nbytes, align, ideal=get_policy(policy).ideal)
-    replayer = Replayer(program, arena, policy, 0.0, copy_cost(program), None, host_link(program),
-                        lookahead)
-    open_tier_below_bound(replayer.engine, program, policy, arena.capacity, align,
-                          base["lower_bound_bytes"])
+    nbytes = max(int(ratio * base["peak_bytes"]), align) if ratio is not None \
+        else parse_budget(budget)
+    _, replayer, _ = make_replayer(program, nbytes, policy, align, lookahead=lookahead,
+                                   lower_bound_bytes=base["lower_bound_bytes"])
     names = program.names
     rows = {p: dict(records=0, ops=0, cost=0.0, exposed=0.0, bytes_d2h=0, bytes_h2d=0)
             for p in PHASES}

@@ -154,8 +154,6 @@ cdef class ArrayExecutor(Executor):
     cdef public list dying        # records of ops that just died: dropped outside the engine
     cdef list moved_out           # memory arrays of storages just moved: they die in moved()
     cdef public list host         # storage id -> its host tier copy (the backend's handle), else None
-    cdef list coming              # storage id -> the host copy of a copy back ahead not yet
-                                  # awaited (fetch with ahead), else None
     cdef readonly bint logs_allocations   # a host trace records the kernels' allocations
     cdef bint numpy_arrays        # the backend's arrays are NumPy's (their dtypes may hold references)
 
@@ -179,7 +177,6 @@ cdef class ArrayExecutor(Executor):
         # copies out ahead: the backend's to_host leaves the array's later work unordered
         self.can_copy_ahead = backend.can_offload and backend.can_copy_ahead
         self.host = []
-        self.coming = []
 
     def constant(self, runtime, data, dtype):
         """A constant holding a copy of data, placed first fit from the low end: (its view,
@@ -427,8 +424,6 @@ cdef class ArrayExecutor(Executor):
         if not self.can_drop(sid):
             return False
         self.arrays[sid] = None
-        if sid < len(self.coming):
-            self.coming[sid] = None      # the backend orders the piece's reuse after the copy
         return True
 
     cpdef bint can_drop(self, int sid) except -1:
@@ -490,8 +485,6 @@ cdef class ArrayExecutor(Executor):
     cpdef int forget(self, int sid) except -1:
         if sid < len(self.arrays):
             self.arrays[sid] = None
-        if sid < len(self.coming):
-            self.coming[sid] = None
         return 0
 
     cpdef bint offload(self, int sid, bint ahead=False) except -1:
@@ -510,24 +503,21 @@ cdef class ArrayExecutor(Executor):
     cpdef int fetch(self, int sid, int placement, bint ahead=False) except -1:
         """Bring sid back from the host tier: a new array in the arena (placed as placement
         says, evicting as the policy chooses) holding its host copy's bytes, bound to sid; the
-        host copy stays until forget_host. ahead (a prefetch): the backend's copy may run
-        beside the work after it until await_fetch."""
-        copy = self.host[sid]
-        # (a backend without copies back ahead may define from_host(copy, placement) alone)
-        array = self.backend.from_host(copy, placement, True) if ahead \
-            else self.backend.from_host(copy, placement)
+        host copy stays until forget_host. ahead (a prefetch): where the backend copies ahead
+        (can_copy_ahead), its copy may run beside the work after it until await_fetch; a
+        backend without copies ahead may define from_host(copy, placement) alone."""
+        array = self.backend.from_host(self.host[sid], placement, True) \
+            if ahead and self.can_copy_ahead else self.backend.from_host(self.host[sid], placement)
         self.engine.c_bind(sid, self.backend.offset_of(array))
         _put(self.arrays, sid, array)
-        if ahead:
-            _put(self.coming, sid, copy)
         return 0
 
     cpdef int await_fetch(self, int sid) except -1:
         """sid's copy back ahead is about to be read: the backend orders the work from now on
-        after it (await_host)."""
-        if sid < len(self.coming) and self.coming[sid] is not None:
-            copy, self.coming[sid] = self.coming[sid], None
-            self.backend.await_host(copy)
+        after it (await_host). Its host copy is still the one fetched: the engine awaits before
+        it drops a host copy (Engine._host_release)."""
+        if self.can_copy_ahead:
+            self.backend.await_host(self.host[sid])
         return 0
 
     cpdef int forget_host(self, int sid) except -1:

@@ -79,7 +79,8 @@ cdef class _Records(_Clock):
     cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency
     cdef vector[unsigned char] on_host # its bytes are in the host tier (offloaded), not resident
     cdef vector[double] ready_at       # a prefetch's copy back completes then (the clock); 0: none
-    cdef vector[unsigned char] coming  # a prefetch's copy back not yet awaited (executor)
+    cdef vector[unsigned char] coming  # a prefetch's copy back not yet awaited (c_await; a
+                                       # flag: the clock need not advance, ready_at may be 0)
     cdef vector[double] out_at         # a copy out ahead completes then (the clock); 0: none
     cdef vector[int] free_sids         # dead storage ids, reused first
     cdef Py_ssize_t n_alive            # live storage records

@@ -153,8 +153,7 @@ cdef class _Tier(_Room):
         """Resident s, whose bytes are in the host tier, leaves its piece (unbound, then freed
         by the executor): offloaded. A copy back ahead into it still coming ends first: the
         piece is reused at once."""
-        if self.coming[s]:
-            self.c_await(s)
+        self.c_await(s)
         self.arena.c_unbind(self.slot[s])
         if not self.executor.drop(s):
             raise RuntimeError(f"the executor could not free offloaded storage {s}")
@@ -255,8 +254,7 @@ cdef class _Tier(_Room):
         still coming ends first (c_await): a copy out of s, a reader, or the next owner of its
         freed piece, needs that copy done."""
         cdef bint cached
-        if self.coming[s]:
-            self.c_await(s)
+        self.c_await(s)
         if self.on_host[s]:
             cached = self.on_host[s] == 2
             self.on_host[s] = 0
@@ -424,9 +422,7 @@ cdef class _Tier(_Room):
 
     cdef int _arrived(self, int s) except -1:
         """A move reads s's bytes: a prefetched copy still coming back ends first (c_await)."""
-        if self.coming[s]:
-            self.c_await(s)
-        return 0
+        return self.c_await(s)
 
     cdef int c_await(self, int s) except -1:
         """s is about to be read, written, moved or copied out, or its host copy dropped or its
@@ -439,7 +435,7 @@ cdef class _Tier(_Room):
         if self.coming[s]:
             self.coming[s] = 0
             self.executor.await_fetch(s)
-            self._offer(s)
+            self._offer(s)      # its offer without the copy's wait (_copies)
         return 0
 
     cdef void _pool_constant(self, int s) noexcept:

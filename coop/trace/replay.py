@@ -19,7 +19,7 @@ from coop.trace._replay import Program, Replayer
 from coop.trace.compile import load
 from coop.trace.records import MAX_BYTES, valid_alignment
 
-__all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "peak", "replay", "unlimited"]
+__all__ = ["DEFAULT_ALIGNMENT", "THRASH", "load", "make_replayer", "peak", "replay", "unlimited"]
 
 #: the simulation backend's alignment, used when a trace does not name one
 DEFAULT_ALIGNMENT = 512
@@ -122,6 +122,22 @@ def open_tier_below_bound(engine, program, policy, capacity, alignment, lower_bo
     return capacity < lower_bound_bytes and engine.open_tier(constants_only=True)
 
 
+def make_replayer(program, nbytes, policy, alignment, thrash_cost=0.0, host_budget=None,
+                  link=None, lookahead=DEFAULT_LOOKAHEAD, lower_bound_bytes=None):
+    """What a replay of program (a Program) at nbytes under policy runs on: (arena, replayer,
+    opened). The arena has alignment (bytes) and an ideal one for an ideal policy;
+    thrash_cost stops the replayer once the cost executed passes it (0: never); host_budget
+    (bytes, None: no limit), link ((d2h, h2d) per byte; None: the trace's, host_link) and
+    lookahead are the host tier's; opened: the tier opened at the start, below the
+    recompute-only bound (open_tier_below_bound, with lower_bound_bytes)."""
+    arena = Arena(nbytes, alignment, ideal=get_policy(policy).ideal)
+    replayer = Replayer(program, arena, policy, thrash_cost, copy_cost(program), host_budget,
+                        host_link(program) if link is None else link, lookahead)
+    opened = open_tier_below_bound(replayer.engine, program, policy, arena.capacity, alignment,
+                                   lower_bound_bytes)
+    return arena, replayer, opened
+
+
 def peak(trace, alignment=None):
     """What a budget ratio of 1.0 means: the smallest budget, from the unlimited run's peak
     used bytes up in steps of 1/64, at which every policy with coop's in-place rule but `none`
@@ -175,7 +191,6 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     lower_bound_bytes=0 replays a live run's first step: the tier opens at its first blocked
     choice."""
     program = _program(trace)
-    ideal = get_policy(policy).ideal
     if (budget is None) == (ratio is None):
         raise ValueError("give exactly one of budget (bytes) and ratio (of the unlimited peak)")
     align = _alignment(program, alignment)
@@ -194,17 +209,14 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     if thrash is not None and not 0 <= thrash < math.inf:
         raise ValueError(f"thrash must be a finite number >= 0 (0 or None: never), got "
                          f"{thrash!r}")
-    arena = Arena(nbytes, align, ideal=ideal)
-    limit = thrash * program.cost_first if thrash else 0.0
     if device is not None and device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
-    link = host_link(program) if device is None else DEVICES[device].host_link
     if host_budget is not None:
         host_budget = parse_budget(host_budget)
-    replayer = Replayer(program, arena, policy, limit, copy_cost(program), host_budget, link,
-                        lookahead)
-    opened = open_tier_below_bound(replayer.engine, program, policy, arena.capacity, align,
-                                   lower_bound_bytes)
+    arena, replayer, opened = make_replayer(
+        program, nbytes, policy, align, thrash * program.cost_first if thrash else 0.0,
+        host_budget, None if device is None else DEVICES[device].host_link, lookahead,
+        lower_bound_bytes)
     status = "ok"
     failed = dict(failed_record=None, failed_request=None, failed_largest_free=None,
                   failed_pinned=None, failed_walls=None, failed_window=None,

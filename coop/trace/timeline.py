@@ -23,10 +23,8 @@ import os
 import tempfile
 from importlib import resources
 
-from coop._core import EXPENSIVE, LOG_MOVE, Arena, log_records
-from coop.engine.policies import get_policy
+from coop._core import EXPENSIVE, LOG_MOVE, log_records
 from coop.errors import OutOfMemoryError, Thrash
-from coop.trace._replay import Replayer
 
 __all__ = ["KINDS", "MARKS", "Timeline", "collect", "recording", "render", "write"]
 
@@ -77,16 +75,13 @@ def collect(program, budget, policy="coop", alignment=None, thrash=None, lower_b
     """Replay program (a coop.trace Program) at budget bytes under policy, taking the arena's
     log record by record; returns a Timeline (its figures as coop.trace.replay.replay's;
     lower_bound_bytes as there: 0 replays a live run's first step)."""
-    from coop.trace.replay import (DEFAULT_ALIGNMENT, DEFAULT_LOOKAHEAD, copy_cost, host_link,
-                                   open_tier_below_bound)
+    from coop.trace.replay import DEFAULT_ALIGNMENT, make_replayer
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
-    arena = Arena(int(budget), align, ideal=get_policy(policy).ideal)
-    replayer = Replayer(program, arena, policy, thrash * program.cost_first if thrash else 0.0,
-                        copy_cost(program), program.meta.get("host_budget"), host_link(program),
-                        DEFAULT_LOOKAHEAD)
     # as coop.trace.replay.replay: below the recompute-only bound the tier opens at the start
-    open_tier_below_bound(replayer.engine, program, policy, arena.capacity, align,
-                          lower_bound_bytes)
+    arena, replayer, _ = make_replayer(program, int(budget), policy, align,
+                                       thrash * program.cost_first if thrash else 0.0,
+                                       program.meta.get("host_budget"),
+                                       lower_bound_bytes=lower_bound_bytes)
     log = _Log(replayer, program)
     status = "ok"
     try:
