@@ -28,7 +28,7 @@ from coop.autograd.tape import is_grad_enabled, no_grad
 from coop.backends.host import numpy_allocator
 from coop.backends.sim import SimBackend
 from coop.budget import parse_budget
-from coop.errors import CoopError, OutOfMemoryError, Thrash, TraceError
+from coop.errors import CoopError, HostMemoryError, OutOfMemoryError, Thrash, TraceError
 from coop.engine.cost import DEVICES, DeviceSpec
 from coop.kernel import Kernel, apply, get_runtime, kernel
 from coop.engine.policies import POLICIES
@@ -43,8 +43,8 @@ _LAZY_SUBMODULES = frozenset({"distributed", "models", "nn", "ops", "optim", "ti
 #: names served by the optional CuPy backend (importing it imports CuPy)
 _CUPY_NAMES = frozenset({"allocator", "CoopMemoryPool"})
 
-__all__ = ["Arena", "CHEAP", "CoopError", "DEVICES", "DeviceSpec", "EXPENSIVE", "Kernel", "NO_STORAGE",
-           "LOWEST", "OutOfMemoryError", "POLICIES", "Runtime", "SimBackend", "Tensor",
+__all__ = ["Arena", "CHEAP", "CoopError", "DEVICES", "DeviceSpec", "EXPENSIVE", "HostMemoryError",
+           "Kernel", "NO_STORAGE", "LOWEST", "OutOfMemoryError", "POLICIES", "Runtime", "SimBackend", "Tensor",
            "apply", "get_runtime", "is_grad_enabled", "kernel", "models", "nn", "no_grad",
            "numpy_allocator", "ops", "optim", "parse_budget", "Thrash", "TraceError"]
 __version__ = "0.1.0"

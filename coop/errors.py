@@ -54,6 +54,12 @@ class OutOfMemoryError(CoopError, MemoryError):
         return (type(self), (str(self),) + self.figures())
 
 
+class HostMemoryError(CoopError, MemoryError):
+    """The host could not give the memory for a host-tier copy (CuPy: cudaHostAlloc failed to
+    pin it). The engine treats the host tier as full: a recomputable storage is evicted
+    instead, a constant stays on the device (refused, as by a host_budget)."""
+
+
 class Thrash(CoopError):
     """The cost executed passed the engine's thrash limit (compute overhead above it)."""
 

@@ -4,6 +4,7 @@ Streams are names ("A", "B"), ``FakeStream`` objects (held weakly by the pool, a
 are), or ``ptds()`` for the calling thread's per-thread default stream; every record, wait
 and synchronize lands in ``log`` in order.
 """
+import contextlib
 import threading
 
 import pytest
@@ -47,6 +48,7 @@ class FakeDriver:
         self.events = 0   # events made: e1, e2, ...
         self.finished = set()   # names of the events the device has passed (done)
         self.queries = 0
+        self.watched = []         # pinned memory handed to the watch list
 
     def ptds(self):
         """This thread's per-thread default stream (all threads share one handle)."""
@@ -78,9 +80,30 @@ class FakeDriver:
     def synchronize(self, device_id):
         self.log.append(("sync", device_id))
 
+    @contextlib.contextmanager
+    def on_device(self, device_id):
+        """device_id current within (logged when it is not the current device already)."""
+        before = self.device
+        if device_id != before:
+            self.log.append(("device", device_id))
+        self.device = device_id
+        try:
+            yield
+        finally:
+            self.device = before
+
     def done(self, event):
         self.queries += 1         # not in the log: a query orders nothing
         return event.name in self.finished
+
+    def host_wait(self, event):
+        self.log.append(("host-wait", event.name))
+
+    def watch(self, event, memory):
+        """CuPy's watch list of pinned memory in use: keeps memory until event is done."""
+        self.log.append(("watch", event.name))
+        self.watched.append(memory)
+        return True
 
     def take(self):
         log, self.log = self.log, []
@@ -97,6 +120,10 @@ def install(monkeypatch, backend, reserve=True):
     monkeypatch.setattr(streams, "record", fake.record)
     monkeypatch.setattr(streams, "wait", fake.wait)
     monkeypatch.setattr(streams, "synchronize", fake.synchronize)
+    monkeypatch.setattr(streams, "on_device", fake.on_device)
+    monkeypatch.setattr(backend, "_event_done", fake.done)
+    monkeypatch.setattr(backend, "_wait_event", fake.host_wait)
+    monkeypatch.setattr(backend, "_watch", fake.watch)
     monkeypatch.setattr(streams, "done", fake.done)
     if reserve:
         monkeypatch.setattr(backend, "_reserve", fake.reserve)

@@ -19,6 +19,7 @@ import coop.trace.replay as R
 from coop.models import GPT
 from coop.optim import AdamW
 from coop._core import CHEAP, Arena
+from coop.backends._host import HostBackend
 from coop.engine import Engine, SizeExecutor
 from coop.cli.replay import failure
 from coop.engine.cost import DEVICES
@@ -270,6 +271,51 @@ def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
         train_wide(small)
     assert small.stats()["host_refusals"] > 0
     small.arena.check()
+
+
+class ScarceHost(HostBackend):
+    """A host backend whose host has memory for `room` copies out, then none
+    (HostMemoryError, as a CuPy host whose cudaHostAlloc fails)."""
+
+    room = 0
+
+    def to_host(self, array, ahead=False):
+        if self.room <= 0:
+            raise coop.HostMemoryError("coop: the host has no memory for this copy")
+        self.room -= 1
+        return super().to_host(array, ahead)
+
+
+def test_a_host_out_of_memory_is_a_full_tier_and_loses_nothing():
+    """The host runs out of memory for copies (HostMemoryError from the backend): the engine
+    treats the tier as full. With one copy fewer than the run makes, it evicts recomputable
+    storages instead and trains bit-identically; with none, it refuses the constants and fails
+    as a full tier does, the error naming the host, the arena whole."""
+    budget, _, (reference, ref_losses) = below_the_bound(train_wide)
+    roomy = ScarceHost(budget)
+    roomy.room = 10 ** 6
+    train_wide(coop.Runtime(roomy, policy="coop-offload", cost="cpu"))
+    needed = 10 ** 6 - roomy.room
+    short = ScarceHost(budget)
+    short.room = needed - 1
+    rt = coop.Runtime(short, policy="coop-offload", cost="cpu")
+    got, losses = train_wide(rt)
+    assert losses == ref_losses
+    for a, b in zip(got, reference):
+        np.testing.assert_array_equal(a, b)
+    s = rt.stats()
+    assert s["host_failures"] > 0 and s["host_refusals"] == 0 and short.room == 0
+    rt.arena.check()
+    none = ScarceHost(budget)
+    rt = coop.Runtime(none, policy="coop-offload", cost="cpu")
+    with pytest.raises(coop.OutOfMemoryError, match=r"; the host tier holds 0 bytes and has "
+                       r"refused \d+ constants, which stay: the host had no memory for \d+ "
+                       r"copies \(free host memory, or give the runtime a host_budget the host "
+                       r"can pin\); raise the budget"):
+        train_wide(rt)
+    s = rt.stats()
+    assert s["offloads"] == 0 and s["host_failures"] == s["host_refusals"] > 0
+    rt.arena.check()
 
 
 def train_gpt(rt, steps=3, in_backward=False, each=None):

@@ -78,7 +78,14 @@ cdef class PieceOwner:
                 lock = getattr(home, "lock", None)
                 if lock is not None:
                     with lock:
-                        streams.await_copy(home, self.stream_key, copying)
+                        try:
+                            streams.await_copy(home, self.stream_key, copying)
+                        except BaseException:
+                            # the wait failed (a driver error; an event the collector
+                            # destroyed first, in a cycle): the whole device then, and report
+                            if self.stream_key is not None:
+                                streams.synchronize(home.device_id)
+                            raise
         finally:    # the piece is freed even if a driver call failed
             self.arena.c_free(self.offset)
             order = getattr(home, "order", None)   # a collected home has lost its slots

@@ -42,6 +42,7 @@ import numpy
 
 from coop._core import EXPENSIVE
 from coop.backends.base import Backend
+from coop.errors import HostMemoryError
 
 cnp.import_array()
 
@@ -245,13 +246,19 @@ cdef class HostBackend:
         """The host tier's copy of C-contiguous array: its bytes copied into memory outside
         the arena (a bytearray, which NumPy's memory handler never sees), as an array of its
         shape and dtype. The copy is counted (host_copies, host_bytes_copied). It is done
-        when this returns, so a copy out ahead (ahead) is the same copy."""
+        when this returns, so a copy out ahead (ahead) is the same copy. HostMemoryError when
+        the host has no memory for it (the engine then treats the tier as full)."""
         if not array.flags.c_contiguous:
             raise ValueError(f"to_host needs a C-contiguous array, got shape {array.shape} with "
                              f"strides {array.strides}; copy it first (numpy.ascontiguousarray)")
         if array.dtype.hasobject:
             raise ValueError(f"to_host copies bytes, and {array.dtype} elements are references")
-        buf = bytearray(array.nbytes)
+        try:
+            buf = bytearray(array.nbytes)
+        except MemoryError:
+            raise HostMemoryError(
+                f"coop: the host has no memory for a {array.nbytes:,}-byte host copy; give "
+                f"the runtime a host_budget the host can hold, or free host memory") from None
         copy = numpy.frombuffer(buf, dtype=array.dtype).reshape(array.shape) \
             if array.nbytes else numpy.frombuffer(buf, dtype=numpy.uint8)[:0].view(
                 array.dtype).reshape(array.shape)

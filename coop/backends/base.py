@@ -108,7 +108,9 @@ class Backend(abc.ABC):
         """A copy of C-contiguous array's bytes in host memory outside the arena (a handle
         with shape, dtype and nbytes); array may be freed as soon as this returns. ahead (only
         where can_copy_ahead): a copy out ahead of the pressure, from an array that stays in
-        use, which must not hold up the work after it."""
+        use, which must not hold up the work after it. coop.HostMemoryError when the host has
+        no memory for the copy: the engine then treats the host tier as full (a recomputable
+        storage is evicted instead, a constant stays)."""
         raise NotImplementedError(f"{type(self).__name__} has no host tier")
 
     def from_host(self, copy, placement, ahead=False):

@@ -20,8 +20,8 @@ second stream appears.
 
 Host tier: a runtime's bound pool copies an array to pinned host memory (``to_host``, a
 ``HostCopy``), back into the arena (``from_host``) and releases the host copy (``free_host``),
-each copy on the device's copy stream and ordered with the current stream by events (see
-``coop.backends.streams.on_copy_stream``); a copy ahead (out: ``to_host(array, ahead=True)``;
+each copy on one of the device's two copy streams (out, back) and ordered with the current
+stream by events (see ``coop.backends.streams.on_copy_stream``); a copy ahead (out: ``to_host(array, ahead=True)``;
 back, a prefetch: ``from_host(copy, placement, ahead=True)`` then ``await_host(copy)`` before its
 reader) leaves the current stream running beside it.
 
@@ -54,7 +54,7 @@ from coop.backends._cupy_pool import PieceOwner, adopt, serve
 from coop.backends import streams
 from coop.backends.base import Backend
 from coop.budget import Budget
-from coop.errors import OutOfMemoryError
+from coop.errors import HostMemoryError, OutOfMemoryError
 
 __all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "HostCopy", "allocator"]
 
@@ -117,9 +117,41 @@ def _elapsed_ms(start, end):
 
 def _pinned(nbytes):
     """nbytes of pinned host memory from CuPy's current pinned allocator (by default its pinned
-    pool, which keeps freed blocks for reuse by size; set_pinned_memory_allocator(None):
-    cudaHostAlloc and cudaFreeHost each time)."""
+    pool, which keeps freed blocks for reuse by rounded size and releases them all when
+    cudaHostAlloc fails; set_pinned_memory_allocator(None): cudaHostAlloc and cudaFreeHost each
+    time)."""
     return cupy.cuda.alloc_pinned_memory(nbytes)
+
+
+def _pinned_or_none(nbytes):
+    """_pinned(nbytes), or None when the host cannot pin that much (cudaErrorMemoryAllocation
+    from cudaHostAlloc, after CuPy's pinned pool released its free blocks and tried again)."""
+    try:
+        return _pinned(nbytes)
+    except CUDARuntimeError as err:
+        if err.status != _ERROR_MEMORY_ALLOCATION:
+            raise
+        return None
+
+
+def _keep_until(event, memory):
+    """Keep pinned memory alive until event (a copy into or out of it) is done, without
+    blocking the host: CuPy's watch list (cupy.cuda.pinned_memory._add_to_watch_list, which
+    cupy.asarray uses for its staging buffers) holds it and drops it once the event is done,
+    checked at every pinned allocation. Where a CuPy lacks it, the host waits for the event."""
+    if event is None or memory is None or _event_done(event):
+        return
+    if not _watch(event, memory):
+        _wait_event(event)
+
+
+def _watch(event, memory):
+    """Hand memory to CuPy's watch list until event is done; False where CuPy has none."""
+    watch = getattr(cupy.cuda.pinned_memory, "_add_to_watch_list", None)
+    if watch is None:
+        return False
+    watch(event, memory)
+    return True
 
 
 def _reserve(device_id, nbytes):
@@ -627,8 +659,11 @@ class _BoundPool(Backend):
     # -- the host tier: copies to pinned host memory and back (streams.on_copy_stream) --
     def to_host(self, array, ahead=False):
         """A HostCopy of the C-contiguous device array's bytes in pinned host memory, copied on
-        the device's copy stream after the current stream's work so far. The array may be
-        dropped at once: the current stream's next work waits for the copy.
+        the device's copy stream out after the current stream's work so far (and after a copy
+        back ahead into its piece that may still run). The array may be dropped at once: the
+        current stream's next work waits for the copy, and a piece whose free is ordered on
+        another stream remembers it (its free makes that stream wait). HostMemoryError when
+        the host cannot pin the bytes (nothing is enqueued).
 
         ``ahead`` (a copy out ahead of the pressure, from an array that stays in use): the
         current stream runs on beside the copy, and the array's piece remembers it
@@ -637,7 +672,7 @@ class _BoundPool(Backend):
         array_at's) has no piece to remember it: its copy holds the current stream, as
         without ``ahead``. Writing the array in place while the copy runs is the caller's to
         avoid (coop's engine drops a host copy before an in-place op writes its storage, and
-        releasing the host copy waits for the copy)."""
+        the released pinned memory outlives the copy: free_host)."""
         pool = self._live()
         if not isinstance(array, cupy.ndarray):
             raise TypeError(f"coop: to_host copies a cupy.ndarray, not {type(array).__name__}")
@@ -654,25 +689,52 @@ class _BoundPool(Backend):
         nbytes = array.nbytes
         copy = HostCopy(array.shape, array.dtype, nbytes, self.device_id)
         if nbytes:   # no bytes, nothing to order: no memory, stream or event
-            memory = _pinned(nbytes)
+            memory = _pinned_or_none(nbytes)
+            if memory is None:
+                raise HostMemoryError(
+                    f"coop: the host has no pinned memory for a {nbytes:,}-byte host copy "
+                    f"(cudaHostAlloc failed after CuPy's pinned pool released its free "
+                    f"blocks); give the runtime a host_budget the host can pin, or free host "
+                    f"memory")
             copy.memory = memory
             copy.host = numpy.ndarray(array.shape, array.dtype, memory)
             source = array.data
-            # only a piece of this pool can remember the copy (its free waits for it)
-            piece = source.mem._owner if ahead else None
-            marked = isinstance(piece, PieceOwner) and \
-                piece.home is pool._homes.get(self.device_id)
+            piece = self._piece(pool, source)
             copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
                 source.copy_to_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)),
-                hold=not marked)
-            if marked:
-                piece.copying = copy.done
+                hold=not (ahead and piece is not None), direction=streams.OUT,
+                after=(piece.copying,) if piece is not None else ())
+            self._mark(piece, copy.done, ahead)
         return copy
+
+    def _piece(self, pool, pointer):
+        """The PieceOwner of pointer's memory when it is a piece of this pool on this device
+        (only such a piece can remember a copy: its free then waits for it), else None."""
+        piece = pointer.mem._owner
+        if isinstance(piece, PieceOwner) and piece.home is pool._homes.get(self.device_id):
+            return piece
+        return None
+
+    def _mark(self, piece, event, ahead):
+        """piece's free is ordered after the copy that ends with event: always for a copy
+        ahead (the current stream runs on beside it); for a copy that held the current stream,
+        where the piece's free is ordered on another stream (the one it was allocated on,
+        which may reuse it at once: a copy out read on this stream would race its next
+        kernel). A copy that follows the piece's earlier copy (on_copy_stream's after) ends
+        after it too, so the one event covers both."""
+        if piece is None:
+            return
+        if ahead or (piece.stream_key is not None and
+                     piece.stream_key != streams.current_stream(self.device_id)[0]):
+            piece.copying = event
+        elif piece.copying is not None:
+            piece.copying = None    # the current stream waited for this copy, and so for it
 
     def from_host(self, copy, placement, ahead=False):
         """A new C-contiguous device array (allocated with this placement class, so it may
-        evict) holding the HostCopy's bytes, copied on the device's copy stream after the
-        current stream's work so far; the current stream's next work waits for the copy.
+        evict) holding the HostCopy's bytes, copied on the device's copy stream back after the
+        current stream's work so far and after the copy out that filled the host memory, if
+        that may still run; the current stream's next work waits for the copy.
 
         ``ahead`` (a copy back ahead of its reader: a prefetch): the current stream runs on
         beside the copy, so that the kernels enqueued before the reader's run under it; the
@@ -695,14 +757,13 @@ class _BoundPool(Backend):
             array = cupy.empty(copy.shape, copy.dtype)
         if copy.nbytes:
             memory, target, nbytes = copy.memory, array.data, copy.nbytes
-            piece = target.mem._owner if ahead else None
-            marked = isinstance(piece, PieceOwner) and \
-                piece.home is pool._homes.get(self.device_id)
+            piece = self._piece(pool, target)
+            # after the copy out that filled the host memory (on the other copy stream)
             copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
                 target.copy_from_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)),
-                hold=not marked)
-            if marked:
-                piece.copying = copy.done
+                hold=not (ahead and piece is not None), direction=streams.BACK,
+                after=(copy.done,))
+            self._mark(piece, copy.done, ahead)
         return array
 
     def await_host(self, copy):
@@ -716,8 +777,9 @@ class _BoundPool(Backend):
             streams.await_arrival(self.device_id, copy.done)
 
     def free_host(self, copy):
-        """Release the HostCopy's pinned memory now (after its last copy, if that is still
-        running: the memory may be handed out again at once); a second call does nothing."""
+        """Release the HostCopy's pinned memory now, without the host waiting: while its last
+        copy may still run, CuPy's watch list keeps the memory until that copy's event is done
+        (HostCopy.release); a second call does nothing."""
         if not isinstance(copy, HostCopy):
             raise TypeError(f"coop: free_host takes what to_host returned (a HostCopy), not "
                             f"{type(copy).__name__}")
@@ -760,11 +822,21 @@ class HostCopy:
         return self.host if self.host is not None else numpy.empty(self.shape, self.dtype)
 
     def release(self):
-        """Drop the pinned memory, after the last copy if it still runs (twice: nothing)."""
-        if self.done is not None and not _event_done(self.done):
-            _wait_event(self.done)   # a copy still reads or writes it
+        """Drop the pinned memory (twice: nothing). A copy that may still read or write it
+        keeps it: it is handed to CuPy's watch list of pinned memory in use (the one
+        ``cupy.asarray`` uses for its staging buffers), which drops it once the copy's event
+        is done, without blocking the host."""
+        _keep_until(self.done, self.memory)
         self.done = self.host = self.memory = None
         self.freed = True
+
+    def __del__(self):
+        # dropped unreleased (a runtime or executor torn down): a copy may still run
+        if not self.freed and self.memory is not None:
+            try:
+                _keep_until(self.done, self.memory)
+            except Exception:   # at interpreter exit the driver may be gone: nothing to keep
+                pass
 
     def __repr__(self):
         state = "released" if self.freed else "pinned"

@@ -6,11 +6,11 @@ once (A's order protects it); before another stream B receives memory after free
 (``cudaStreamWaitEvent``) on an event recorded on A after those frees. Per-thread default streams
 (``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``) share one handle but are distinct streams, one per
 thread. ``StreamOrder`` is one device's bookkeeping; the pool makes it when a second stream
-allocates. ``on_copy_stream`` runs a copy to or from host memory on the device's copy stream,
-ordered with the current stream both ways by events; a copy ahead one way only: the current
-stream runs on beside it, the piece's free waits for it (``await_copy``), and a copy back ahead's
-reader waits for it first (``await_arrival``). The driver calls are the functions below, which
-tests replace with fakes.
+allocates. ``on_copy_stream`` runs a copy to or from host memory on one of the device's two copy
+streams (one per direction, as the device has a copy engine each way), ordered with the current
+stream both ways by events; a copy ahead one way only: the current stream runs on beside it, the
+piece's free waits for it (``await_copy``), and a copy back ahead's reader waits for it first
+(``await_arrival``). The driver calls are the functions below, which tests replace with fakes.
 """
 import itertools
 import threading
@@ -18,8 +18,8 @@ import weakref
 
 import cupy
 
-__all__ = ["PER_THREAD_STREAM", "StreamOrder", "await_arrival", "await_copy", "copy_stream",
-           "current_stream", "on_copy_stream", "thread_number"]
+__all__ = ["BACK", "OUT", "PER_THREAD_STREAM", "StreamOrder", "await_arrival", "await_copy",
+           "copy_stream", "current_stream", "on_copy_stream", "on_device", "thread_number"]
 
 PER_THREAD_STREAM = cupy.cuda.runtime.streamPerThread  # the handle every thread's PTDS shares
 
@@ -59,15 +59,24 @@ def wait(stream, event):
     stream.wait_event(event)
 
 
+def on_device(device_id):
+    """A context in which device_id is the current device. A stream handle that names the
+    legacy or per-thread default stream (0, 2) resolves against the current device, and a free
+    may run with any device current."""
+    return cupy.cuda.Device(device_id)
+
+
 def synchronize(device_id):
-    cupy.cuda.runtime.deviceSynchronize()  # the device is current: malloc runs on it
+    with on_device(device_id):
+        cupy.cuda.runtime.deviceSynchronize()
 
 
 def done(event):
     return event.done       # cudaEventQuery: never waits
 
 
-def new_copy_stream(device_id):
+def new_copy_stream(device_id, direction):
+    """A new stream for device_id's copies in direction (OUT or BACK)."""
     with cupy.cuda.Device(device_id):
         # non-blocking: the legacy default stream does not serialize with it
         return cupy.cuda.Stream(non_blocking=True)
@@ -174,9 +183,10 @@ class StreamOrder:
 
     def _record(self, key, freed):
         event = self.events.get(key)
-        if event is None:
-            event = self.events[key] = new_event()
-        record(event, self._stream(key))
+        with on_device(self.device_id):
+            if event is None:
+                event = self.events[key] = new_event()
+            record(event, self._stream(key))
         self.recorded[key] = freed
 
     def before_malloc(self, key, stream):
@@ -208,36 +218,43 @@ class StreamOrder:
 
 # ---- copies to and from host memory -------------------------------------------------------------
 
-_copy_streams = {}               # device id -> its copy stream, made at its first host copy
+OUT, BACK = 0, 1                 # the directions: device to host, host to device
+_copy_streams = {}               # (device id, direction) -> its copy stream, made at first use
 _copy_streams_lock = threading.Lock()
 
 
-def copy_stream(device_id):
-    """The device's stream for copies to and from host memory (one per device, made at the
-    first use, kept for the process)."""
-    stream = _copy_streams.get(device_id)
+def copy_stream(device_id, direction=OUT):
+    """The device's stream for copies to host memory (OUT) or from it (BACK): one per
+    direction and device, made at the first use, kept for the process. Two, because a device
+    has a copy engine each way: a copy back (a prefetch) need not queue behind copies out."""
+    key = (device_id, direction)
+    stream = _copy_streams.get(key)
     if stream is None:
         with _copy_streams_lock:
-            stream = _copy_streams.get(device_id)
+            stream = _copy_streams.get(key)
             if stream is None:
-                stream = _copy_streams[device_id] = new_copy_stream(device_id)
+                stream = _copy_streams[key] = new_copy_stream(device_id, direction)
     return stream
 
 
-def on_copy_stream(device_id, copy, hold=True):
-    """Enqueue ``copy(stream)`` on the device's copy stream after the current stream's work so
-    far (an event recorded on it), and, with ``hold``, the current stream's later work after
-    the copy (it waits on an event recorded after the copy); returns that event, done once the
-    copy is.
+def on_copy_stream(device_id, copy, hold=True, direction=OUT, after=()):
+    """Enqueue ``copy(stream)`` on the device's copy stream for ``direction`` after the current
+    stream's work so far (an event recorded on it) and after each event in ``after`` that is
+    not done yet (copies on the other copy stream the copy must follow: the copy out that
+    filled the host memory a copy back reads, a copy into or out of the same piece), and, with
+    ``hold``, the current stream's later work after the copy (it waits on an event recorded
+    after the copy); returns that event, done once the copy is (and, through the waits, once
+    every event in ``after`` is).
 
-    The wait on the current stream is what makes a piece freed right after a copy safe: the
-    pool hands a freed piece out at once (frees are not stream ordered), and the next kernel
-    on the current stream, or on a stream that waits for this one's frees (StreamOrder), runs
-    only after the copy read or wrote it. Without ``hold`` (a copy out ahead, from a piece
-    that stays in use; a copy back ahead, into a piece read only later) the current stream
-    runs on beside the copy; the caller marks the piece (``PieceOwner.copying``), so that
-    whenever it is freed its stream waits for the copy first (``await_copy``), and a copy
-    back's reader waits for it before it reads (``await_arrival``)."""
+    The wait on the current stream is what makes a piece freed right after a copy safe on that
+    stream: the pool hands a freed piece out at once (frees are not stream ordered), and the
+    next kernel on the current stream, or on a stream that waits for this one's frees
+    (StreamOrder), runs only after the copy read or wrote it; a piece whose free is ordered on
+    another stream (the one it was allocated on) is marked by the caller
+    (``PieceOwner.copying``), so that its free makes that stream wait too (``await_copy``).
+    Without ``hold`` (a copy out ahead, from a piece that stays in use; a copy back ahead, into
+    a piece read only later) the current stream runs on beside the copy; the caller marks the
+    piece, and a copy back's reader waits for it before it reads (``await_arrival``)."""
     # What CuPy does with these (cupy/cuda/stream.pyx, memory.pyx): Event.record(stream) is
     # runtime.eventRecord(event.ptr, stream.ptr); Stream.wait_event(event) is
     # runtime.streamWaitEvent(stream.ptr, event.ptr), which orders the stream's later work after
@@ -246,10 +263,13 @@ def on_copy_stream(device_id, copy, hold=True):
     # runtime.memcpyAsync(..., stream.ptr), asynchronous only from pinned memory, and nothing at
     # all for size 0. No CuPy call here synchronizes the host.
     current = current_stream(device_id)[1]
-    side = copy_stream(device_id)
+    side = copy_stream(device_id, direction)
     ready = new_event()
     record(ready, current)
     wait(side, ready)
+    for event in after:
+        if event is not None and not done(event):
+            wait(side, event)
     copy(side)
     finished = new_event()
     record(finished, side)
@@ -269,25 +289,30 @@ def await_arrival(device_id, event):
 
 def await_copy(home, key, event):
     """A piece of ``home`` (a pool's _DeviceArena) is being freed on stream ``key`` while a copy
-    ahead may still read or write it (``event``: done once the copy is): that stream's later work,
+    may still read or write it (``event``: done once the copy is): that stream's later work,
     which may be handed the piece at once, and every stream that waits for its frees
     (StreamOrder), wait for the copy first. A piece of a ``base=`` pool (no stream of its own:
     key None) and a stream that cannot be reached from here (gone, or another thread's
     per-thread default stream) order the current stream's work after the copy, or wait for the
-    whole device. Called under the pool's lock."""
+    whole device. The wait is enqueued with the piece's device current (a free may run with
+    any device current). Called under the pool's lock."""
     if done(event):
         return
-    current_key, current = current_stream(home.device_id)
-    if key is None or key == current_key:
-        wait(current, event)
+    if key is None:             # a base= pool: no driver calls but the wait
+        wait(current_stream(home.device_id)[1], event)
         return
-    stream = None
-    if not isinstance(key, tuple):
-        if home.order is not None:
-            stream = home.order._stream(key)
-        elif key == home.stream_key:
-            stream = home.stream
-    if stream is None:
-        synchronize(home.device_id)
-        return
-    wait(stream, event)
+    with on_device(home.device_id):
+        current_key, current = current_stream(home.device_id)
+        if key == current_key:
+            wait(current, event)
+            return
+        stream = None
+        if not isinstance(key, tuple):
+            if home.order is not None:
+                stream = home.order._stream(key)
+            elif key == home.stream_key:
+                stream = home.stream
+        if stream is None:
+            synchronize(home.device_id)
+            return
+        wait(stream, event)

@@ -185,6 +185,7 @@ cdef class _Tier(_Room):
     cdef int bringing                  # the storage whose host copy is being brought back (-1)
     cdef size_t host_head              # host_fifo's first entry still to look at
     cdef readonly long long offloads, fetches, prefetches, host_drops, host_refusals
+    cdef readonly long long host_failures  # copies out the host had no memory for (HostMemoryError)
     cdef readonly long long constants_on_host  # a later step's constants started in the tier
     cdef readonly long long copies_ahead
     cdef bint ahead_idle               # c_copy_ahead found nothing to copy (until a change)
@@ -194,6 +195,7 @@ cdef class _Tier(_Room):
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
     cdef readonly double copy_hidden   # copy time that ran under compute (prefetches, copies ahead)
     cdef int _offload(self, int s) except -1
+    cdef int _no_host_room(self, int s) except -1
     cdef int _constant_on_host(self, int64_t size) except -2
     cdef int _leave(self, int s) except -1
     cdef double _copy_out(self, int s, int64_t need) noexcept

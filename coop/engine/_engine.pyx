@@ -40,7 +40,7 @@ import warnings
 
 from coop.engine.cost import DEVICES
 from coop.engine.policies import POLICIES, get_policy
-from coop.errors import OutOfMemoryError, Thrash
+from coop.errors import HostMemoryError, OutOfMemoryError, Thrash
 
 
 # what becomes of a mutated storage's old value (c_prepare_inplace)

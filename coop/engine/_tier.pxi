@@ -59,10 +59,15 @@ cdef class _Tier(_Room):
         """The host tier full: the constants it refused, and the fix."""
         if not self.offloading or self.host_refusals == 0:
             return ""
+        refused = (f"has refused {self.host_refusals:,} "
+                   f"{'constant, which stays' if self.host_refusals == 1 else 'constants, which stay'}")
+        if self.host_failures:
+            return (f"; the host tier holds {self.host_bytes:,} bytes and {refused}: the host "
+                    f"had no memory for {self.host_failures:,} "
+                    f"{'copy' if self.host_failures == 1 else 'copies'} (free host memory, or "
+                    f"give the runtime a host_budget the host can pin)")
         return (f"; the host tier holds {self.host_bytes:,} of its {self.host_budget:,} "
-                f"bytes and has refused {self.host_refusals:,} "
-                f"{'constant, which stays' if self.host_refusals == 1 else 'constants, which stay'}"
-                f" (raise host_budget)")
+                f"bytes and {refused} (raise host_budget)")
 
     cdef bint widen(self, Arena arena) except -1:
         """No choice makes room with the cached constants alone in the tier (opened at the
@@ -98,11 +103,13 @@ cdef class _Tier(_Room):
         return 0
 
     cdef int _offload(self, int s) except -1:
-        """Copy resident s out to the host tier and free its piece. When the tier has no room:
-        a recomputable s is evicted instead; a constant is refused (it stays, never to be
-        offloaded again) once no recomputable copy can be dropped for it. One the executor
-        cannot copy (its memory held by a user's array) is held, as _drop holds it."""
+        """Copy resident s out to the host tier and free its piece. When the tier has no room
+        (its budget, or the host's memory: HostMemoryError): a recomputable s is evicted
+        instead; a constant is refused (it stays, never to be offloaded again) once no
+        recomputable copy can be dropped for it. One the executor cannot copy (its memory held
+        by a user's array) is held, as _drop holds it."""
         cdef int64_t need = self.arena.request_size(self.size[s])
+        cdef bint copied
         if self.offset[s] < 0 or self.held[s]:
             return 0
         if self.on_host[s] == 2:
@@ -115,16 +122,27 @@ cdef class _Tier(_Room):
             self.out_at[s] = 0.0
             return self._leave(s)
         if not self._host_room(need, self.producer[s] < 0):
-            if self.producer[s] >= 0:
-                return self._drop(s)
-            self.arena.c_set_offload(self.slot[s], INFINITY)
-            self.host_refusals += 1
-            return 0
-        if not self.executor.offload(s):
+            return self._no_host_room(s)
+        try:
+            copied = self.executor.offload(s)
+        except HostMemoryError:
+            # the host could not give the memory (CuPy: cudaHostAlloc failed): a full tier
+            self.host_failures += 1
+            return self._no_host_room(s)
+        if not copied:
             return self._hold(s)
         # the copy out: the freed range is reused at once, so the clock waits for all of it
         self._wait(self._copy_out(s, need))
         return self._leave(s)
+
+    cdef int _no_host_room(self, int s) except -1:
+        """The host tier has no room for resident s: a recomputable s is evicted instead, a
+        constant is refused (it stays, never offered again)."""
+        if self.producer[s] >= 0:
+            return self._drop(s)
+        self.arena.c_set_offload(self.slot[s], INFINITY)
+        self.host_refusals += 1
+        return 0
 
     cdef int _constant_on_host(self, int64_t size) except -2:
         """A constant that a later training step starts with in the host tier (c_constant):
@@ -460,6 +478,7 @@ cdef class _Tier(_Room):
         cdef size_t k, kept = 0
         cdef double last, best_last = INFINITY
         cdef int64_t need
+        cdef bint copied
         if self.ahead_idle or not self.executor.can_copy_ahead or self.d2h_free_at > self.now \
                 or not self.arena.c_searched():
             return 0
@@ -485,7 +504,12 @@ cdef class _Tier(_Room):
         if self.host_budget >= 0 and self.host_bytes + need > self.host_budget:
             self.ahead_idle = True
             return 0
-        if not self.executor.offload(s, True):
+        try:
+            copied = self.executor.offload(s, True)
+        except HostMemoryError:
+            self.host_failures += 1
+            copied = False
+        if not copied:
             self.ahead_idle = True
             return 0
         self.on_host[s] = 2
@@ -579,4 +603,4 @@ cdef class _Tier(_Room):
                 "bytes_h2d": self.bytes_h2d, "copy_exposed": self.copy_exposed,
                 "copy_hidden": self.copy_hidden, "host_bytes": self.host_bytes,
                 "host_peak_bytes": self.host_peak, "host_drops": self.host_drops,
-                "host_refusals": self.host_refusals}
+                "host_refusals": self.host_refusals, "host_failures": self.host_failures}
