@@ -121,6 +121,7 @@ def install(monkeypatch, backend, reserve=True):
     monkeypatch.setattr(streams, "wait", fake.wait)
     monkeypatch.setattr(streams, "synchronize", fake.synchronize)
     monkeypatch.setattr(streams, "on_device", fake.on_device)
+    monkeypatch.setattr(streams, "per_thread_stream", lambda: f"ptds@{threading.get_ident()}")
     monkeypatch.setattr(backend, "_event_done", fake.done)
     monkeypatch.setattr(backend, "_wait_event", fake.host_wait)
     monkeypatch.setattr(backend, "_watch", fake.watch)

@@ -233,6 +233,21 @@ def test_a_copy_out_ahead_freed_from_another_threads_default_stream_waits_for_th
     assert driver.take() == [("sync", 0)]
 
 
+def test_a_copy_out_ahead_freed_on_its_threads_default_stream_with_another_current(ahead):
+    """The piece was allocated on this thread's per-thread default stream, and another stream
+    is current at its free: this thread can reach its own per-thread stream, which waits (no
+    device synchronize)."""
+    import threading
+    pool, backend, driver = ahead
+    driver.stream = "ptds"
+    array = cupy.empty(1000, dtype=cupy.float32)
+    copy = backend.to_host(array, ahead=True)
+    driver.take()
+    driver.stream = "A"
+    del array
+    assert driver.take() == [("wait", f"ptds@{threading.get_ident()}", copy.done.name)]
+
+
 def test_a_driver_failure_at_the_free_still_returns_the_piece(ahead, monkeypatch):
     """The wait for a copy out ahead fails (a driver error): the device is synchronized
     instead, the error is reported (a free in a destructor cannot raise), the piece goes back

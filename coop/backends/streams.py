@@ -47,6 +47,12 @@ def current_stream(device_id):
     return ((PER_THREAD_STREAM, thread_number()) if ptr == PER_THREAD_STREAM else ptr), stream
 
 
+def per_thread_stream():
+    """The calling thread's per-thread default stream (its handle resolves against the current
+    device)."""
+    return cupy.cuda.Stream.ptds
+
+
 def new_event():
     return cupy.cuda.Event(disable_timing=True)
 
@@ -307,11 +313,13 @@ def await_copy(home, key, event):
             wait(current, event)
             return
         stream = None
-        if not isinstance(key, tuple):
-            if home.order is not None:
-                stream = home.order._stream(key)
-            elif key == home.stream_key:
-                stream = home.stream
+        if isinstance(key, tuple):
+            if key[1] == thread_number():
+                stream = per_thread_stream()    # this thread's own: reachable from here
+        elif home.order is not None:
+            stream = home.order._stream(key)
+        elif key == home.stream_key:
+            stream = home.stream
         if stream is None:
             synchronize(home.device_id)
             return
