@@ -55,6 +55,30 @@ def test_a_dropped_runtime_and_pool_release_the_reservation_without_the_collecto
     assert pool_ref() is None and driver.released == [0]
 
 
+# ---- arrays a user keeps ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("keep", ["slice", "shared pointer"])
+def test_an_array_a_user_keeps_holds_its_storage(driver, keep):
+    """A user's array over a storage's memory, kept past borrow's block (a slice: a new
+    pointer to the same memory; as_strided: the very same MemoryPointer in another array):
+    the storage cannot be evicted, moved or offloaded (its memory would be freed under the
+    user's array), so evicting it keeps it, and the arena stays whole."""
+    from cupy.lib.stride_tricks import as_strided
+    pool = coop.allocator("1MiB")
+    rt = runtime(pool)
+    t = rt.apply(MAKE)
+    sid = t.storage.sid
+    with t.borrow() as array:
+        kept = array[1:] if keep == "slice" else as_strided(array, (10,), (1,))
+    del array                           # only kept holds the memory now
+    rt.evict(t)
+    assert rt.arena.storage_info(sid)["resident"] and t.storage.array is not None
+    rt.arena.check()
+    del kept, t                         # the storage dies: its piece is freed once
+    assert pool.used_bytes() == 0 and sid not in rt.storages()
+    rt.arena.check()
+
+
 # ---- cost models -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, spec", [

@@ -642,9 +642,13 @@ class _BoundPool(Backend):
         return array.data.ptr
 
     def memory_held(self, array):
-        """Whether another pointer than array's own holds its UnownedMemory (a user's view
-        made from its pointer): expected are the pointer's reference and getrefcount's."""
-        return sys.getrefcount(array.data.mem) > 2
+        """Whether something else than array holds its memory: another pointer its
+        UnownedMemory (a slice's view; expected are the pointer's reference and
+        getrefcount's), or another array its very MemoryPointer (``cupy.ndarray(shape, dtype,
+        memptr=array.data)``, as ``cupy.lib.stride_tricks.as_strided`` makes; expected are
+        array's, ``pointer``'s and getrefcount's)."""
+        pointer = array.data
+        return sys.getrefcount(pointer.mem) > 2 or sys.getrefcount(pointer) > 3
 
     def copy_to(self, array, offset):
         """A device-to-device copy of array on the current stream, on the used, anonymous
