@@ -198,6 +198,19 @@ def test_size_zero_is_a_null_pointer_without_a_piece():
     assert cupy.empty(3, dtype=cupy.uint8).data.device_id == 2
 
 
+def test_size_zero_within_the_pools_scope_takes_one_piece():
+    """Within `with pool:` (where a runtime's ops run) an empty array takes a 512-byte piece,
+    so that it has an address in the arena, as np.empty(0) has one on the host."""
+    pool = coop.allocator("1MiB", base=BASE)
+    with pool:
+        empty = cupy.empty((0, 5), dtype=cupy.float64)
+        assert empty.size == 0 and pool.offset_of(empty) is not None
+        assert pool.used_bytes() == 512
+    del empty
+    assert pool.used_bytes() == 0
+    pool.arena.check()
+
+
 # ---- out of memory and eviction -----------------------------------------------------------------
 
 def test_out_of_memory_is_both_errors_with_coops_message():

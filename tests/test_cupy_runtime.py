@@ -79,6 +79,20 @@ def test_an_array_a_user_keeps_holds_its_storage(driver, keep):
     rt.arena.check()
 
 
+def test_an_empty_output_is_a_tensor_on_cupy_too(driver):
+    """A kernel's 0-byte output is a tensor with an address in the arena (a piece of 512
+    bytes), as on the host backend, freed with it. (A 0-byte constant takes the same path
+    from the pool, but CuPy's copy into it needs a device.)"""
+    pool = coop.allocator("1MiB")
+    rt = runtime(pool)
+    t = rt.apply(coop.Kernel(lambda xp: xp.empty((0, 4), dtype=xp.float32), name="none"))
+    assert t.shape == (0, 4) and pool.used_bytes() == 512
+    rt.arena.check()
+    del t
+    assert pool.used_bytes() == 0
+    rt.arena.check()
+
+
 # ---- cost models -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, spec", [

@@ -478,9 +478,15 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         device_id = self._device if self._base is not None else _current_device_id()
         home = self._homes.get(device_id)
         if size == 0:
-            # No piece; a null pointer needs an explicit device id (else CuPy asks the driver).
-            self._check_device(device_id)
-            return MemoryPointer(UnownedMemory(0, 0, None, device_id=device_id), 0)
+            if not self._scopes.stack:
+                # No piece; a null pointer needs an explicit device id (else CuPy asks the
+                # driver).
+                self._check_device(device_id)
+                return MemoryPointer(UnownedMemory(0, 0, None, device_id=device_id), 0)
+            # within `with pool:` (a runtime's ops and constants): a piece of one alignment
+            # unit, so that an empty array has an address in the arena, as NumPy's handler
+            # gives np.empty(0) one on the host; the runtime registers it like any array
+            size = 1
         if home is None:
             home = self._home(device_id)
         if home.base is None:
