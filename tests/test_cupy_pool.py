@@ -62,6 +62,25 @@ def test_a_second_stream_waits_for_the_firsts_frees(driver, no_gc):
     pool.arena.check()
 
 
+def test_a_free_is_counted_before_its_piece_goes_back(driver, no_gc, monkeypatch):
+    """With several streams, a free is counted for stream ordering while its piece is still
+    used: a stream another thread serves it to, the moment it is back, waits for it."""
+    pool = use(coop.allocator("1MiB"))
+    driver.stream = "B"
+    b = empty(1000)
+    driver.stream = "A"
+    a = empty(1000)
+    seen = []
+    counted = streams.StreamOrder.on_free
+    monkeypatch.setattr(streams.StreamOrder, "on_free", lambda self, key: (
+        seen.append((key, pool.used_bytes())), counted(self, key)))
+    del b
+    assert seen == [("B", 2048)]             # counted while both pieces were still used
+    assert pool.used_bytes() == 1024
+    del a
+    pool.arena.check()
+
+
 def test_the_free_is_tagged_with_the_allocation_stream_not_the_current_one(driver, no_gc):
     use(coop.allocator("1MiB"))
     driver.stream = "B"

@@ -87,12 +87,16 @@ cdef class PieceOwner:
                                 streams.synchronize(home.device_id)
                             raise
         finally:    # the piece is freed even if a driver call failed
-            self.arena.c_free(self.offset)
+            # several streams: the free is counted for stream ordering before the piece goes
+            # back, so that a stream another thread serves it to waits for it
             order = getattr(home, "order", None)   # a collected home has lost its slots
-            if order is not None:   # several streams: note the free for stream ordering
-                with home.lock:
-                    if home.order is not None:
-                        home.order.on_free(self.stream_key)
+            try:
+                if order is not None:
+                    with home.lock:
+                        if home.order is not None:
+                            home.order.on_free(self.stream_key)
+            finally:
+                self.arena.c_free(self.offset)
 
 
 def adopt(home, Arena arena, size_t base, size_t offset, size_t nbytes, stream_key,

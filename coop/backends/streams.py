@@ -202,7 +202,8 @@ class StreamOrder:
         synced = self.synced
         me = thread_number()
         pending = []
-        for other, freed in self.freed.items():
+        # (a copy: a free the collector runs in the middle, of a stream swept, adds a key)
+        for other, freed in list(self.freed.items()):
             if other == key or freed <= max(waited.get(other, 0), synced.get(other, 0)):
                 continue
             if self.recorded.get(other, 0) < freed:
