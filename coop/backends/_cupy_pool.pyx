@@ -11,6 +11,8 @@ Layer: coop.backends; cimports the core only.
 """
 cimport cython
 
+import sys
+
 from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
@@ -18,6 +20,7 @@ from coop._core cimport Arena
 from coop.backends import streams
 
 cdef object _has_hooks = memory_hook._has_memory_hooks
+cdef object _is_finalizing = sys.is_finalizing
 cdef object _get_hooks = memory_hook.get_memory_hooks
 
 
@@ -70,6 +73,11 @@ cdef class PieceOwner:
     cdef _free(self):
         home = self.home
         copying, self.copying = self.copying, None
+        if _is_finalizing():
+            # the interpreter is exiting: the driver may be unloading, and nothing will run
+            # on the piece again (as CuPy's own pool frees then)
+            self.arena.c_free(self.offset)
+            return
         try:
             if copying is not None:
                 # a copy ahead may still read or write the piece: whoever gets it next waits
