@@ -68,6 +68,7 @@ cdef class Arena:
     cdef Py_ssize_t c_allocate_or_evict(self, size_t size, int placement, int code, double now,
                                         int slot, Evictor evictor, object policy) except -2
     cdef Py_ssize_t c_request(self, size_t nbytes, int placement) except -2
+    cdef Py_ssize_t c_request_fit(self, size_t nbytes, int placement) except -2
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbors,
                            bint evictable) except -1
     cdef void c_remove_storage(self, int slot) noexcept

@@ -364,6 +364,16 @@ cdef class Arena:
         self.log.c_request(nbytes)
         return offset
 
+    cdef Py_ssize_t c_request_fit(self, size_t nbytes, int placement) except -2:
+        """c_request where a piece fits now, never evicting: the offset (logged with nbytes),
+        or -1 when nothing fits. Larger than the capacity: OutOfMemoryError."""
+        if nbytes > self.capacity:
+            raise _too_large(self, nbytes)
+        cdef Py_ssize_t offset = self.c_allocate(self.request_size(nbytes), placement, -1)
+        if offset >= 0:
+            self.log.c_request(nbytes)
+        return offset
+
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbors,
                            bint evictable) except -1:
         """Register key (not resident) with neighbor slots (distinct from its own); its slot."""

@@ -210,7 +210,7 @@ class _Scopes(threading.local):
 class _DeviceArena:
     """One device's arena and the memory behind it; live pieces keep it (and the memory) alive."""
     __slots__ = ("arena", "device_id", "base", "memory", "stream_key", "stream", "order", "lock",
-                 "leases")
+                 "leases", "guard")
 
     def __init__(self, arena, device_id, lock):
         self.arena = arena            # offsets of [base, base + capacity); survives releases
@@ -222,6 +222,7 @@ class _DeviceArena:
         self.order = None             # a StreamOrder once a second stream allocated, else None
         self.lock = lock              # the pool's lock: guards order (frees come from any thread)
         self.leases = weakref.WeakSet()  # live array_at views (no pieces, yet on the memory)
+        self.guard = None             # the lock of the runtime whose engine evicts here (guard)
 
 
 class _Lease:
@@ -495,19 +496,43 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         key = None
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
-        try:
-            pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
-        except OutOfMemoryError:
-            gc.collect()  # unreachable cycles may hold pieces (CuPy's pool collects too)
+        guard = home.guard
+        if guard is None or guard.acquire(False):
             try:
-                pointer = serve(home, home.arena, home.base, size, placement, key, device_id)
-            except OutOfMemoryError as err:
-                raise CupyOutOfMemoryError.of(err) from None
+                pointer = self._serve(home, size, placement, key, device_id)
+            finally:
+                if guard is not None:
+                    guard.release()
+        else:
+            # another thread is inside the runtime (an op, a recompute, an eviction): take a
+            # piece that fits now, or wait for it to leave before evicting
+            pointer = serve(home, home.arena, home.base, size, placement, key, device_id, False)
+            if pointer is None:
+                with guard:
+                    pointer = self._serve(home, size, placement, key, device_id)
         if key is not None and (key != home.stream_key or home.order is not None):
             self._order(home, key, stream)   # before the caller can enqueue work on it
         return pointer
 
     __call__ = malloc  # set_allocator(pool): the allocator and its stats are one object
+
+    def _serve(self, home, size, placement, key, device_id):
+        try:
+            return serve(home, home.arena, home.base, size, placement, key, device_id)
+        except OutOfMemoryError:
+            gc.collect()  # unreachable cycles may hold pieces (CuPy's pool collects too)
+            try:
+                return serve(home, home.arena, home.base, size, placement, key, device_id)
+            except OutOfMemoryError as err:
+                raise CupyOutOfMemoryError.of(err) from None
+
+    def guard(self, lock):
+        """A runtime's lock (a threading.RLock), for the arena of the current device, whose
+        evictions go through that runtime: an allocation that must evict holds it, whichever
+        thread makes it (``set_allocator`` is global: a data loader's thread allocates here
+        too), so that it never runs inside another thread's op; one that fits does not wait.
+        None: no runtime."""
+        self._home(self._device_now()).guard = lock
 
     def _malloc_hooked(self, size, hooks):
         # as CuPy's SingleDeviceMemoryPool.malloc: pre, the allocation, post (also on failure)
