@@ -302,6 +302,59 @@ def test_a_thread_can_free_arena_arrays():
     backend.arena.check()
 
 
+def test_a_moves_piece_goes_to_the_moving_thread_only(monkeypatch):
+    """A move (copy_to) takes its destination piece with the next allocation of its own
+    thread: another thread with the backend installed that allocates in between (numpy's
+    empty_like runs Python code first, where threads switch) gets a piece of its own."""
+    backend = HostBackend(MiB)
+    with backend:
+        source = np.arange(512, dtype=np.float64)          # 4096 bytes
+    destination = backend.arena.request(4096)              # the window's: used, anonymous
+    got = {}
+
+    def other():
+        with backend:
+            got["array"] = np.ones(16, dtype=np.uint8)
+
+    real = np.empty_like
+
+    def switching(*args, **kwargs):                         # a thread switch, made certain
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(np, "empty_like", switching)
+    moved = backend.copy_to(source, destination)
+    assert backend.offset_of(moved) == destination and np.array_equal(moved, source)
+    assert backend.offset_of(got["array"]) not in (None, destination)
+    del moved, got, source
+    assert used(backend) == 0
+    backend.arena.check()
+
+
+def test_alignment_below_16_bytes_is_refused():
+    with pytest.raises(ValueError, match=r"alignment must be at least 16 bytes .*got 8"):
+        numpy_allocator("1 MiB", 8)
+
+
+def test_an_unreachable_cycle_is_collected_before_out_of_memory():
+    """Arrays never trigger the collector: a cycle holding most of the arena is collected
+    when nothing fits, and the allocation goes on."""
+    backend = HostBackend(MiB)
+    gc.disable()
+    try:
+        with backend:
+            cycle = [np.empty(100_000)]                     # 800,000 bytes
+            cycle.append(cycle)
+            del cycle
+            room = np.empty(50_000)                         # 400,000 bytes: fits after it
+        assert used(backend) == 400_000 and backend.arena.stats()["failed_allocations"] == 1
+    finally:
+        gc.enable()
+    del room
+    backend.arena.check()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_reductions_are_bit_exact(dtype):
     rng = np.random.default_rng(42)

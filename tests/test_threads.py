@@ -253,3 +253,35 @@ def test_a_tensor_dropped_by_a_kernels_worker_thread_is_released_without_waiting
     assert np.array_equal(out.numpy(), np.full(4, 2.0))
     assert sid not in rt.storages() and not rt._pending
     rt.arena.check()
+
+
+def test_another_threads_allocation_evicts_only_outside_the_runtimes_ops():
+    """The host backend serves every context it is installed in: a thread with it installed
+    (a data loader's) allocates from the runtime's arena too. While the runtime's thread is
+    inside it (its lock held), such an allocation takes a piece that fits at once, and one that
+    must evict waits until the runtime's thread leaves: evictions never run beside the
+    runtime's own work."""
+    backend = coop.numpy_allocator("1MiB")
+    rt = coop.Runtime(backend, policy="coop", cost="cpu")
+    quarter = coop.Kernel(lambda: np.zeros(256 * 1024 - 1024, np.uint8), name="quarter")
+    kept = [rt.apply(quarter) for _ in range(3)]
+    done = {}
+
+    def allocate(name, nbytes):
+        with backend:
+            done[name] = np.empty(nbytes, np.uint8)
+
+    with rt._lock:                         # the runtime's thread is inside an op
+        small = threading.Thread(target=allocate, args=("small", 4096))
+        small.start()
+        small.join(5)
+        assert "small" in done             # it fit: no wait
+        big = threading.Thread(target=allocate, args=("big", 512 * 1024))
+        big.start()
+        big.join(0.2)
+        assert big.is_alive() and "big" not in done     # it must evict: it waits
+        assert all(t.storage.array is not None for t in kept)
+    big.join(5)
+    assert "big" in done and sum(t.storage.array is None for t in kept) >= 2
+    del done
+    rt.arena.check()

@@ -26,6 +26,7 @@ Layer: coop.backends; cimports and imports the core, imports coop.backends.base;
 cimport cython
 from cpython.pycapsule cimport PyCapsule_GetContext, PyCapsule_GetPointer, PyCapsule_New
 from cpython.pycapsule cimport PyCapsule_SetContext
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport uint8_t, uintptr_t
 from libc.stdlib cimport free as libc_free
@@ -36,13 +37,14 @@ cimport numpy as cnp
 from coop._core cimport Arena
 
 import contextvars
+import gc
 import warnings
 
 import numpy
 
 from coop._core import EXPENSIVE
 from coop.backends.base import Backend
-from coop.errors import HostMemoryError
+from coop.errors import HostMemoryError, OutOfMemoryError
 
 cnp.import_array()
 
@@ -93,9 +95,15 @@ cdef class HostBackend:
     cdef long long n_foreign           # frees/reallocs of memory outside the buffer (ignored)
     cdef long long n_to_host, n_to_host_bytes, n_from_host, n_from_host_bytes  # the host tier's copies
     cdef Py_ssize_t next_at            # >= 0: the next allocation takes this used piece (a move)
+    cdef unsigned long next_thread     # ... if made by this thread (the move's)
+    cdef public object guard_lock      # the lock of the runtime that evicts here, or None (guard)
     cdef Py_ssize_t skip_free          # >= 0: the next free of memory at this offset frees nothing
 
     def __cinit__(self, nbytes, alignment=64):
+        if isinstance(alignment, int) and alignment < 16:
+            raise ValueError(f"coop: a host arena's alignment must be at least 16 bytes (NumPy's "
+                             f"own allocations are 16-byte aligned; 64 keeps SIMD loops, and so "
+                             f"recomputed values, the same), got {alignment}")
         self.arena = Arena(nbytes, alignment)
         self.arena.managed_by = "coop.numpy_allocator"   # its arrays free their own pieces
         cdef void* mem = NULL
@@ -226,7 +234,8 @@ cdef class HostBackend:
 
     def copy_to(self, cnp.ndarray array, Py_ssize_t offset):
         """A C-ordered copy of array on the used, anonymous piece at offset (a move's
-        destination), or None when NumPy allocated nothing there (an empty array)."""
+        destination), or None when the new array did not land there (NumPy allocates at least
+        one byte for every array, so that is not expected: the move is then refused)."""
         cdef cnp.ndarray moved = self._array_on(array, offset)
         if self.offset_of(moved) != offset:
             return None
@@ -293,12 +302,13 @@ cdef class HostBackend:
     def slide(self, list arrays, Py_ssize_t index, Py_ssize_t src, Py_ssize_t dst):
         """Move arrays[index]'s bytes down from offset src to dst (memmove: the ranges may
         overlap) under a new array at dst, which replaces it; the old array dies here and its
-        free frees nothing (the arena slides the piece). False when NumPy allocated nothing at
-        dst (the old array stays). The caller must hold no other reference to the old array."""
+        free frees nothing (the arena slides the piece). False when the new array did not land
+        at dst (not expected; the old array stays). The caller must hold no other reference to
+        the old array."""
         memory = arrays[index]
         cdef cnp.ndarray moved = self._array_on(memory, dst)
         if <char*>cnp.PyArray_DATA(moved) != self.buf + dst:
-            return False          # NumPy allocated nothing (or elsewhere): the copy stays out
+            return False          # it landed elsewhere (not expected): the copy stays out
         memmove(self.buf + dst, self.buf + src, memory.nbytes)
         self.skip_free = src
         arrays[index] = moved
@@ -311,9 +321,13 @@ cdef class HostBackend:
 
     cdef cnp.ndarray _array_on(self, memory, Py_ssize_t offset):
         """A new C-ordered array like memory, on the used, anonymous piece at offset unless
-        NumPy allocates nothing (an empty array): the caller checks where it landed."""
+        it lands elsewhere (not expected: NumPy allocates at least one byte): the caller checks
+        where it landed."""
         with self.placing(EXPENSIVE):
+            # the next allocation of this thread (numpy.empty_like runs Python code first: a
+            # thread switch may let another thread with the backend installed allocate)
             self.next_at = offset
+            self.next_thread = PyThread_get_thread_ident()
             try:
                 return numpy.empty_like(memory, order="C")
             finally:
@@ -365,7 +379,7 @@ cdef class HostBackend:
     cdef char* _allocate(self, size_t nbytes) noexcept:
         """Best fit without Python calls; else the eviction loop. NULL (and last_error) on failure."""
         cdef Py_ssize_t offset = -1
-        if self.next_at >= 0:
+        if self.next_at >= 0 and self.next_thread == PyThread_get_thread_ident():
             offset = self.next_at
             self.next_at = -1
             return self.buf + offset
@@ -380,12 +394,38 @@ cdef class HostBackend:
         return self.buf + offset
 
     cdef Py_ssize_t _allocate_slow(self, size_t nbytes) noexcept:
+        """Nothing fits: the eviction loop, holding the runtime's lock where one guards the
+        arena (guard: another thread with the backend installed waits while the runtime's
+        thread is inside it); when it finds no room, unreachable cycles may hold pieces
+        (arrays do not trigger the collector): collect once, and try again if that freed
+        any."""
         self.n_slow += 1
+        guard = self.guard_lock
         try:
-            return self.arena.c_request(nbytes, self.placement)
+            if guard is not None:
+                guard.acquire()     # the runtime's own thread holds it already (an RLock)
+            try:
+                try:
+                    return self.arena.c_request(nbytes, self.placement)
+                except OutOfMemoryError:
+                    used = self.arena.used_bytes
+                    gc.collect()
+                    if self.arena.used_bytes >= used:
+                        raise       # the collector freed nothing here: the same failure
+                    return self.arena.c_request(nbytes, self.placement)
+            finally:
+                if guard is not None:
+                    guard.release()
         except BaseException as error:   # nothing may propagate into NumPy's C code
             self.last_error = error
             return -1
+
+    def guard(self, lock):
+        """The lock of the runtime whose engine owns the arena (a threading.RLock; None: none):
+        an allocation that must evict holds it, whichever thread makes it (the backend serves
+        every context it is installed in), so that an eviction never runs inside another
+        thread's op; one that fits takes no lock."""
+        self.guard_lock = lock
 
 
 try:

@@ -497,15 +497,12 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
         guard = home.guard
-        if guard is None or guard.acquire(False):
-            try:
-                pointer = self._serve(home, size, placement, key, device_id)
-            finally:
-                if guard is not None:
-                    guard.release()
+        if guard is None:
+            pointer = self._serve(home, size, placement, key, device_id)
         else:
-            # another thread is inside the runtime (an op, a recompute, an eviction): take a
-            # piece that fits now, or wait for it to leave before evicting
+            # a piece that fits takes no lock; evicting holds the runtime's, so that another
+            # thread's allocation waits while the runtime's thread is inside it (an op, a
+            # recompute, an eviction): the runtime's own thread holds it already (an RLock)
             pointer = serve(home, home.arena, home.base, size, placement, key, device_id, False)
             if pointer is None:
                 with guard:

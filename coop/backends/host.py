@@ -14,7 +14,8 @@ __all__ = ["HostBackend", "numpy_allocator"]
 def numpy_allocator(budget, alignment=64, host_budget=None):
     """A host backend of `budget` bytes (an int, "6GiB", or "50%" / "0.5x" of the host's memory),
     at most the host's memory. It evicts when a coop.Runtime (its engine) owns its arena:
-    ``coop.Runtime(backend, policy=...)``. host_budget: the bytes its host tier may hold under
+    ``coop.Runtime(backend, policy=...)``. alignment: of every piece, at least 16 bytes.
+    host_budget: the bytes its host tier may hold under
     an offloading policy (``policy="coop-offload"``: copies of arrays in memory outside the
     budget's arena), None for no limit."""
     memory = host_memory_bytes()
