@@ -37,14 +37,13 @@ cimport numpy as cnp
 from coop._core cimport Arena
 
 import contextvars
-import gc
 import warnings
 
 import numpy
 
 from coop._core import EXPENSIVE
 from coop.backends.base import Backend
-from coop.errors import HostMemoryError, OutOfMemoryError
+from coop.errors import HostMemoryError
 
 cnp.import_array()
 
@@ -396,23 +395,17 @@ cdef class HostBackend:
     cdef Py_ssize_t _allocate_slow(self, size_t nbytes) noexcept:
         """Nothing fits: the eviction loop, holding the runtime's lock where one guards the
         arena (guard: another thread with the backend installed waits while the runtime's
-        thread is inside it); when it finds no room, unreachable cycles may hold pieces
-        (arrays do not trigger the collector): collect once, and try again if that freed
-        any."""
+        thread is inside it). No garbage collection first (CuPy's pool collects): a failure
+        here is how a kernel's temporaries that do not fit reach the runtime, which then makes
+        room and runs the kernel again, and a collection at each would cost more than the
+        op."""
         self.n_slow += 1
         guard = self.guard_lock
         try:
             if guard is not None:
                 guard.acquire()     # the runtime's own thread holds it already (an RLock)
             try:
-                try:
-                    return self.arena.c_request(nbytes, self.placement)
-                except OutOfMemoryError:
-                    used = self.arena.used_bytes
-                    gc.collect()
-                    if self.arena.used_bytes >= used:
-                        raise       # the collector freed nothing here: the same failure
-                    return self.arena.c_request(nbytes, self.placement)
+                return self.arena.c_request(nbytes, self.placement)
             finally:
                 if guard is not None:
                     guard.release()

@@ -8,4 +8,6 @@ class Classifier(Module):
 
     def loss(self, x, targets):
         """Mean cross entropy of forward(x) against integer targets (N,): an array or Tensor."""
-        return ops.cross_entropy(self(x), as_tensor(x.runtime, targets))
+        logits = self(x)
+        return ops.cross_entropy(logits, as_tensor(x.runtime, targets, logits.shape[-1],
+                                                   "targets"))

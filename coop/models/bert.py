@@ -72,7 +72,9 @@ class BERT(Module):
 
     def forward(self, input_ids, token_type_ids):
         rt = self.word_embeddings.weight.runtime
-        input_ids, token_type_ids = as_tensor(rt, input_ids), as_tensor(rt, token_type_ids)
+        input_ids = as_tensor(rt, input_ids, self.word_embeddings.num_embeddings, "token ids")
+        token_type_ids = as_tensor(rt, token_type_ids, self.token_type_embeddings.num_embeddings,
+                                   "token type ids")
         length = input_ids.shape[1]
         if length > self.position_ids.shape[0]:
             raise ValueError(f"sequence of {length} tokens, at most {self.position_ids.shape[0]}")
@@ -92,7 +94,7 @@ class BERT(Module):
         runs on all positions, as BertForMaskedLM's does (it ignores the unmasked ones by label,
         which changes no size)."""
         logits = self.mlm_logits(input_ids, token_type_ids)
-        labels = as_tensor(logits.runtime, labels)
+        labels = as_tensor(logits.runtime, labels, logits.shape[-1], "labels")
         return ops.cross_entropy(ops.reshape(logits, (-1, logits.shape[-1])),
                                  ops.reshape(labels, (-1,)))
 

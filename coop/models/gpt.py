@@ -38,7 +38,7 @@ class GPT(Module):
         return self._positions[length]
 
     def forward(self, idx):
-        idx = as_tensor(self.wte.weight.runtime, idx)
+        idx = as_tensor(self.wte.weight.runtime, idx, self.wte.num_embeddings, "token ids")
         length = idx.shape[1]
         if length > self.block_size:
             raise ValueError(f"sequence of {length} tokens, block size is {self.block_size}")
@@ -51,6 +51,6 @@ class GPT(Module):
     def loss(self, idx, targets):
         """Mean next-token cross entropy of forward(idx) against targets (B, T)."""
         logits = self(idx)
-        targets = as_tensor(logits.runtime, targets)
+        targets = as_tensor(logits.runtime, targets, logits.shape[-1], "targets")
         return ops.cross_entropy(ops.reshape(logits, (-1, logits.shape[-1])),
                                  ops.reshape(targets, (-1,)))

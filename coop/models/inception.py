@@ -208,7 +208,7 @@ class InceptionV3(Module):
     def loss(self, x, targets):
         """Cross entropy of the logits, plus 0.4 x that of the aux logits when there are any."""
         logits, aux = self(x)
-        targets = as_tensor(logits.runtime, targets)
+        targets = as_tensor(logits.runtime, targets, logits.shape[-1], "targets")
         loss = ops.cross_entropy(logits, targets)
         if aux is None:
             return loss

@@ -77,7 +77,7 @@ class UNet(Module):
     def loss(self, x, targets):
         """Mean cross entropy over every pixel against integer targets (N, H, W)."""
         logits = self(x)
-        targets = as_tensor(logits.runtime, targets)
+        targets = as_tensor(logits.runtime, targets, logits.shape[1], "targets")
         flat = ops.reshape(ops.transpose(logits, (0, 2, 3, 1)), (-1, logits.shape[1]))
         return ops.cross_entropy(flat, ops.reshape(targets, (-1,)))
 

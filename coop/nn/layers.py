@@ -57,7 +57,8 @@ class Embedding(Module):
                                      normal(generator(rng), init_std))
 
     def forward(self, indices):
-        return ops.embedding(self.weight, as_tensor(self.weight.runtime, indices))
+        return ops.embedding(self.weight, as_tensor(self.weight.runtime, indices,
+                                                    self.num_embeddings, "embedding ids"))
 
     def extra_repr(self):
         return f"{self.num_embeddings}, {self.embedding_dim}"

@@ -20,12 +20,26 @@ def runtime_of(rt):
     return get_runtime() if rt is None else rt
 
 
-def as_tensor(rt, value):
-    """value as a Tensor of rt: Tensors as they are, arrays as constants (token ids)."""
+def as_tensor(rt, value, below=None, what="ids"):
+    """value as a Tensor of rt: Tensors as they are, arrays as constants (token ids, targets);
+    an array of the runtime's own module (a CuPy array already on the device) is copied there
+    as it is. below: integer ids that index an axis of that size must lie in [-below, below),
+    checked here for host arrays (ValueError naming what and the range): NumPy would raise
+    inside the kernel, CuPy wraps them silently (a vocabulary mismatch would train on the
+    wrong rows). Device arrays are not checked (that would wait for the device)."""
     if isinstance(value, Tensor):
         return value
-    value = numpy.asarray(value)
-    return runtime_of(rt).tensor(value, dtype=value.dtype)   # a simulation keeps the int dtype
+    rt = runtime_of(rt)
+    xp = rt.xp
+    if xp is None or xp is numpy or not isinstance(value, xp.ndarray):
+        value = numpy.asarray(value)
+        if below is not None and value.size and value.dtype.kind in "iu":
+            low, high = int(value.min()), int(value.max())
+            if low < -below or high >= below:
+                raise ValueError(f"coop: {what} index an axis of {below}, so they must lie in "
+                                 f"[{-below}, {below}), but they run from {low} to {high}; "
+                                 f"check the vocabulary or number of classes against the data")
+    return rt.tensor(value, dtype=value.dtype)   # a simulation keeps the int dtype
 
 
 def generator(rng):

@@ -10,6 +10,7 @@ import numbers
 import numpy
 
 from coop.autograd.tape import record
+from coop.errors import OutOfMemoryError
 from coop.kernel import Kernel
 from coop.tensor import Tensor
 
@@ -161,9 +162,25 @@ def index_groups(xp, indices, num):
     flat = indices.reshape(-1).astype(numpy.int64)
     flat = xp.where(flat < 0, flat + num, flat)
     # CuPy's argsort is always stable (thrust); NumPy's must be asked to be
-    order = xp.argsort(flat, kind="stable") if xp is numpy else xp.argsort(flat)
+    order = xp.argsort(flat, kind="stable") if xp is numpy else _device_argsort(xp, flat)
     bounds = xp.searchsorted(flat[order], xp.arange(num + 1, dtype=numpy.int64), side="left")
     return order.astype(numpy.int64, copy=False), bounds.astype(numpy.int64, copy=False)
+
+
+def _device_argsort(xp, flat):
+    """CuPy's argsort of flat. Thrust allocates its scratch memory through CuPy's allocator,
+    whose failure (coop's OutOfMemoryError) it turns into a plain MemoryError: raised again as
+    coop's, with about what the sort needed, so that the runtime can make room and retry the op
+    (CuPy releases before that fix, cupy/cupy#9894, lost the failure and sorted wrongly: the
+    project asks for CuPy 14.2, which has it)."""
+    try:
+        return xp.argsort(flat)
+    except OutOfMemoryError:
+        raise
+    except MemoryError as err:
+        raise OutOfMemoryError(f"coop: sorting {flat.size:,} indices on the device ran out of "
+                               f"memory for its scratch space ({err})",
+                               request=4 * flat.nbytes) from err
 
 
 #: one thread per output element adds its index group's rows in position order

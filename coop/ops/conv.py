@@ -6,6 +6,8 @@ padding) and nearest-neighbor upsampling.
 """
 import numbers
 
+import numpy
+
 from coop.autograd.tape import record
 from coop.ops._common import check_tensors, numel, op_kernel
 from coop.ops.reduce import sum as reduce_sum
@@ -17,8 +19,18 @@ def _windows(xp, x, kh, kw, stride, padding, fill=0):
     if padding:
         x = xp.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)),
                    constant_values=fill)
-    windows = xp.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
+    windows = xp.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3)) \
+        if xp is numpy else strided_windows(xp, x, kh, kw)
     return windows[:, :, ::stride, ::stride]
+
+
+def strided_windows(xp, x, kh, kw):
+    """sliding_window_view(x, (kh, kw), axis=(2, 3)) of an NCHW x, built from its shape and
+    strides alone: CuPy's sliding_window_view checks the window shape through a device array
+    (two waits for the device per call), as_strided makes the same view with no device work."""
+    n, c, h, w = x.shape
+    return xp.lib.stride_tricks.as_strided(x, (n, c, h - kh + 1, w - kw + 1, kh, kw),
+                                           x.strides + x.strides[2:])
 
 
 def _fold(xp, cols, shape, stride, padding):
