@@ -13,6 +13,7 @@ import coop  # noqa: E402
 from coop.backends import cupy as backend  # noqa: E402
 from coop.engine.cost import device_spec  # noqa: E402
 from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
+from _guarded import evictions_wait_for_the_runtime  # noqa: E402
 
 MAKE = coop.Kernel(lambda xp: xp.empty(1000, dtype=xp.uint8), name="make")
 BASE = 0x7F0000000000
@@ -98,34 +99,15 @@ def test_another_threads_allocation_evicts_only_outside_the_runtimes_ops(driver)
     arena too. While the runtime's thread is inside it (its lock held), such an allocation
     takes a piece that fits at once, and one that must evict waits until the runtime's thread
     leaves: evictions never run beside the runtime's own work."""
-    import threading
     pool = coop.allocator("1MiB")
     rt = runtime(pool)
     quarter = coop.Kernel(lambda xp: xp.empty(256 * 1024 - 1024, dtype=xp.uint8), name="q")
     kept = [rt.apply(quarter) for _ in range(3)]
     cupy.cuda.set_allocator(pool)
-    done = {}
-
-    def allocate(name, nbytes):
-        done[name] = cupy.empty(nbytes, dtype=cupy.uint8)
-
     try:
-        with rt._lock:                     # the runtime's thread is inside an op
-            small = threading.Thread(target=allocate, args=("small", 4096))
-            small.start()
-            small.join(5)
-            assert "small" in done         # it fit: no wait
-            big = threading.Thread(target=allocate, args=("big", 512 * 1024))
-            big.start()
-            big.join(0.2)
-            assert big.is_alive() and "big" not in done     # it must evict: it waits
-            assert all(t.storage.array is not None for t in kept)
-        big.join(5)
-        assert "big" in done and sum(t.storage.array is None for t in kept) >= 2
+        evictions_wait_for_the_runtime(rt, kept, lambda n: cupy.empty(n, dtype=cupy.uint8))
     finally:
         cupy.cuda.set_allocator(None)
-    del done
-    rt.arena.check()
 
 
 # ---- cost models -----------------------------------------------------------------------------------

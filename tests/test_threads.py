@@ -12,6 +12,7 @@ import pytest
 
 import coop
 from coop._core import CallbackOwner
+from _guarded import evictions_wait_for_the_runtime
 
 THREADS = 4
 ROUNDS = 6           # barrier-separated rounds; between two, the live arrays are checked
@@ -265,23 +266,8 @@ def test_another_threads_allocation_evicts_only_outside_the_runtimes_ops():
     rt = coop.Runtime(backend, policy="coop", cost="cpu")
     quarter = coop.Kernel(lambda: np.zeros(256 * 1024 - 1024, np.uint8), name="quarter")
     kept = [rt.apply(quarter) for _ in range(3)]
-    done = {}
 
-    def allocate(name, nbytes):
+    def allocate(nbytes):
         with backend:
-            done[name] = np.empty(nbytes, np.uint8)
-
-    with rt._lock:                         # the runtime's thread is inside an op
-        small = threading.Thread(target=allocate, args=("small", 4096))
-        small.start()
-        small.join(5)
-        assert "small" in done             # it fit: no wait
-        big = threading.Thread(target=allocate, args=("big", 512 * 1024))
-        big.start()
-        big.join(0.2)
-        assert big.is_alive() and "big" not in done     # it must evict: it waits
-        assert all(t.storage.array is not None for t in kept)
-    big.join(5)
-    assert "big" in done and sum(t.storage.array is None for t in kept) >= 2
-    del done
-    rt.arena.check()
+            return np.empty(nbytes, np.uint8)
+    evictions_wait_for_the_runtime(rt, kept, allocate)
