@@ -5,6 +5,8 @@ Probes: the error of a reservation the device cannot hold and a percentage budge
 memory; memory freed on one stream reused on another while a slow kernel still writes it
 (explicit streams, and per-thread default streams in a subprocess); the default cost model and
 cost="timing" (CUDA events) and its overhead against the cost model; dropout through coop recomputed bit for bit after an eviction;
+training steps (a small GPT, a convolution with pooling) under a budget whose ops never
+synchronize the device (cupyx.allow_synchronize(False));
 the embedding backward with repeated indices run twice and against NumPy; the host link
 (pinned host memory to and from the device on a non-blocking stream: bytes back unchanged, the
 rates each way beside the cost model's); the host tier (256 MiB through the bound pool's
@@ -190,6 +192,78 @@ def dropout_recompute():
            f"recomputes {rt.stats()['recomputes']}, kept fraction {kept:.3f}")
 
 
+def no_sync_in_a_step():
+    """Training steps whose ops never wait for the device: a small GPT (AdamW) and a
+    four convolutions with pooling, at the first of 0.6x-0.9x their unlimited peak that completes
+    (so that they evict and recompute),
+    each step's forward, backward and update run under cupyx.allow_synchronize(False), which
+    raises where CuPy would synchronize (a device value read on the host, a blocking copy).
+    The loss is read after each step, outside. A failure names the op where it happened."""
+    import cupyx
+    from coop.models import GPT
+    from coop.optim import AdamW
+
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 64, (32, 32))
+    x0 = rng.standard_normal((8, 3, 32, 32)).astype(np.float32)
+    w0 = [(rng.standard_normal((16, c, 3, 3)) * 0.1).astype(np.float32) for c in (3, 16, 16, 16)]
+
+    def gpt(budget, steps):
+        rt = coop.Runtime(coop.allocator(budget), cost="h200")
+        model = GPT(rt, 64, 32, 2, 2, 64, rng=0)
+        opt = AdamW(model.parameters(), lr=1e-3)
+        for _ in range(steps):
+            with cupyx.allow_synchronize(False):
+                loss = model.loss(idx, np.roll(idx, -1, axis=1))
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            float(loss.numpy())
+            del loss
+        return rt
+
+    def conv(budget, steps):
+        rt = coop.Runtime(coop.allocator(budget), cost="h200")
+        ws = [rt.tensor(w, requires_grad=True) for w in w0]
+        for _ in range(steps):
+            with cupyx.allow_synchronize(False):
+                y = rt.tensor(x0)
+                for w in ws:
+                    y = ops.relu(ops.conv2d(y, w, padding=1))
+                y = ops.max_pool2d(y, 2)
+                loss = ops.sum(ops.mul(y, y))
+                loss.backward()
+            float(loss.numpy())
+            for w in ws:
+                w.grad = None
+            del y, loss
+        return rt
+
+    details = []
+    for name, step in (("gpt", gpt), ("conv", conv)):
+        peak = step("1GiB", 3).stats()["peak_used_bytes"]
+        try:
+            for ratio in (0.6, 0.7, 0.8, 0.9):     # the first that completes
+                try:
+                    stats = step(max(int(ratio * peak), 1 << 20), 3).stats()
+                    break
+                except coop.OutOfMemoryError:
+                    continue
+            else:
+                details.append(f"{name}: out of memory at 0.6x-0.9x (no step to check)")
+                continue
+            details.append(f"{name}: none in 3 steps at {ratio}x ({stats['evictions']} "
+                           f"evictions, {stats['recomputes']} recomputes)")
+        except cupyx.DeviceSynchronized as err:
+            import traceback
+            frames = [f for f in traceback.extract_tb(err.__traceback__) if "/coop/" in f.filename]
+            where = f"{frames[-1].filename.split('/coop/')[-1]}:{frames[-1].lineno}" if frames \
+                else "?"
+            report("no_sync_in_a_step", False, f"{name}: a device synchronize at {where}")
+            return
+    report("no_sync_in_a_step", True, "; ".join(details))
+
+
 def embedding_backward():
     rng = np.random.default_rng(0)
     w0 = rng.standard_normal((50, 64)).astype(np.float32)
@@ -327,7 +401,8 @@ def main():
                         help="comma-separated probe names (e.g. host_link,host_tier)")
     args = parser.parse_args()
     probes = (reservation, streams, per_thread_streams, costs, timing_overhead,
-              dropout_recompute, embedding_backward, host_link, host_tier, other_device)
+              dropout_recompute, no_sync_in_a_step, embedding_backward, host_link, host_tier,
+              other_device)
     if args.only is not None:
         names = {p.__name__ for p in probes}
         wanted = [name for name in args.only.split(",") if name]
