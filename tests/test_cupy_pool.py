@@ -145,6 +145,29 @@ def test_per_thread_default_streams_are_distinct_streams(driver, no_gc):
     del z
 
 
+def test_the_first_streams_liveness_is_judged_on_its_own_thread(driver, no_gc):
+    """A thread's per-thread default stream allocates first; another stream's allocation on
+    the main thread starts the bookkeeping: the first stream lives as long as its own thread,
+    not the main one."""
+    pool = use(coop.allocator("1MiB"))
+    made = []
+
+    def first():
+        driver.stream = "ptds"
+        made.append(empty(100))
+        made.append(threading.current_thread())
+    worker = threading.Thread(target=first)
+    worker.start()
+    worker.join()
+    driver.stream = "A"
+    b = empty(100)
+    order = pool._homes[0].order
+    first_key = pool._homes[0].stream_key
+    assert order is not None and order.alive[first_key]() is made[1]
+    del made, b
+    pool.arena.check()
+
+
 def test_threads_are_told_apart_by_numbers_never_reused():
     numbers = [streams.thread_number()]
     for _ in range(3):   # thread idents are reused once a thread ends; these numbers are not
@@ -254,6 +277,28 @@ def test_an_unreachable_cycle_holding_memory_is_collected_before_out_of_memory(d
     assert pool.used_bytes() == 3072
     b = empty(3000)          # fits only once the cycle is collected
     assert b.data.ptr == BASE and pool.used_bytes() == 3072
+    pool.arena.check()
+
+
+def test_inside_a_runtimes_op_a_failure_goes_back_without_collecting(driver, no_gc,
+                                                                       monkeypatch):
+    """Within placing() (a runtime's kernel runs there) the failure goes straight back to the
+    runtime, which makes room and runs the kernel again: no collection at each."""
+    from coop import EXPENSIVE
+    pool = use(coop.allocator(4096))
+    collected, real = [], gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
+    cycle = [empty(3000)]
+    cycle.append(cycle)
+    del cycle
+    with pool.placing(EXPENSIVE), pytest.raises(coop.OutOfMemoryError):
+        empty(3000)
+    assert collected == []
+    with pytest.raises(coop.OutOfMemoryError):   # outside: collected once (nothing here)
+        empty(3000)
+    assert collected == [1]
+    monkeypatch.setattr(gc, "collect", real)
+    gc.collect()
     pool.arena.check()
 
 

@@ -88,7 +88,10 @@ def new_copy_stream(device_id, direction):
         return cupy.cuda.Stream(non_blocking=True)
 
 
-def _liveness(key, stream):
+_HERE = object()                 # a liveness still to judge, on the calling thread
+
+
+def liveness(key, stream):
     """What tells whether key's stream can still run work: a weak reference to it (to its
     thread, for a per-thread default stream: they share one Stream object), or None when it
     cannot be referenced weakly (then it is kept)."""
@@ -117,26 +120,31 @@ class StreamOrder:
     __slots__ = ("streams", "alive", "events", "freed", "recorded", "waited", "synced",
                  "device_id")
 
-    def __init__(self, device_id, key, stream):
+    def __init__(self, device_id, key, stream, alive=_HERE):
+        """key, stream: the first stream served; alive: its liveness (``liveness``), judged on
+        its own thread when it allocated first (default: judged here)."""
         self.device_id = device_id
         self.streams = {}              # key -> its stream (None once it is gone)
-        self.alive = {}                # key -> its _liveness, or None (kept: held strongly)
+        self.alive = {}                # key -> its liveness, or None (kept: held strongly)
         self.events = {}               # key -> its event, made at its first record
         self.freed = {}
         self.recorded = {}
         self.waited = {}               # waiter key -> {key: frees of key it waited for}
         self.synced = {}               # key -> its frees known complete
-        self.add(key, stream)
+        self.add(key, stream, alive)
         self.freed[key] = 1            # frees before this bookkeeping existed: assume some
 
-    def add(self, key, stream):
+    def add(self, key, stream, alive=_HERE):
+        """Know stream ``key`` from now on; alive: its liveness when judged elsewhere (on its
+        own thread), else judged here, on the calling thread."""
         if key in self.streams and self._stream(key) is not None:
             return
         if key in self.streams:        # a new stream with a dead one's handle
             self._sync_if_pending(key)
             self._forget(key)
         self._sweep()
-        alive = _liveness(key, stream)
+        if alive is _HERE:
+            alive = liveness(key, stream)
         self.alive[key] = alive
         self.streams[key] = None if alive is not None and not isinstance(key, tuple) else stream
         self.freed.setdefault(key, 0)
