@@ -14,8 +14,11 @@ that are storages in the arena, so the budget covers them:
    path: a gradient is a constant and stays one);
 5. the bucket is dropped, its memory freed, before the next bucket is allocated.
 
-So the memory the averaging adds is one bucket at a time. The communication itself is not a
-kernel: it is never recomputed (a bucket is a constant, never evicted).
+So the memory the averaging adds is one bucket at a time (with the policies that copy an
+in-place op's old value first, dtr's family, two). The communication itself is not a kernel:
+it is never recomputed (a bucket is a constant, never evicted; under an offloading policy it
+may be copied out ahead, and the engine drops that copy when the borrow that the
+communication wrote through ends: Tensor.borrow).
 
 Transports: MPI through mpi4py for host (NumPy) arenas (``pip install "coop[mpi]"``, which
 brings the ``mpich`` wheel and its ``mpiexec``), and NCCL through CuPy

@@ -120,7 +120,7 @@ class Tensor:
         if runtime.xp is None:
             leaf = runtime.tensor(self._view.spec)
         else:
-            with self.borrow() as a:
+            with self._borrow(False) as a:
                 leaf = runtime.tensor(a)
         new = Tensor.__new__(type(self))
         Tensor.__init__(new, leaf._view)
@@ -163,12 +163,19 @@ class Tensor:
         """The coop.Runtime that owns this tensor."""
         return self._view.runtime
 
-    @contextlib.contextmanager
     def borrow(self):
         """The raw array, pinned (and resident) while the block runs.
 
         Keep no reference past the block: if one survives, the storage is never evicted.
+        Writing into the array in place is kept for a constant (a recomputable value comes
+        back from its op): when the block ends, a host-tier copy of the storage made before
+        (a copy out ahead) is dropped, as it may no longer hold its bytes.
         """
+        return self._borrow(True)
+
+    @contextlib.contextmanager
+    def _borrow(self, written):
+        """borrow's block; written: the array may have been written (a host copy is dropped)."""
         view = self._view
         runtime = view.runtime
         engine = runtime._engine
@@ -186,11 +193,13 @@ class Tensor:
         finally:
             del array
             with runtime._lock:
+                if written:
+                    engine.written(view.sid)
                 engine.unpin(view.sid)
 
     def numpy(self):
         """A host copy of the value (NumPy array), made outside the arena."""
-        with self.borrow() as a:
+        with self._borrow(False) as a:
             return self.runtime._to_host(a)
 
     def __repr__(self):

@@ -239,6 +239,32 @@ def below_the_bound(train):
     return int(0.8 * rt.stats()["lower_bound_bytes"]), rt.stats(), results
 
 
+def test_a_write_through_borrow_survives_an_offload_and_a_fetch():
+    """A constant copied out ahead (its host copy cached), then written in place through
+    borrow (as data parallel training's buckets are): the cached copy no longer holds its
+    bytes, so it is dropped when the block ends; pushed out under pressure and read again, the
+    constant holds what was written (a stale cached copy brought back held the old bytes)."""
+    rt = coop.Runtime(coop.numpy_allocator("1MiB"), cost="cpu", policy="coop-offload")
+    c = rt.tensor(np.ones(16384, np.float32))                  # 64 KiB
+    twice = coop.Kernel(lambda a: a * 2, name="twice")
+    outs = [twice(c) for _ in range(40)]                       # pressure: c is copied ahead
+    sid = c.storage.sid
+    assert rt._engine.info(sid)["on_host"] == 2
+    with c.borrow() as a:
+        a += 1.0
+        del a
+    assert rt._engine.info(sid)["on_host"] == 0               # the stale copy is gone
+    del outs
+    with c._borrow(False) as a:                                # a read keeps a cached copy
+        assert a[0] == 2.0
+        del a
+    held = [rt.tensor(np.zeros(16384, np.float32)) for _ in range(60)]   # pushes c out
+    assert rt.stats()["offloads"] > 0
+    assert float(twice(c).numpy()[0]) == 4.0
+    rt.arena.check()
+    del held
+
+
 def test_host_training_below_the_floor_is_bit_identical_with_the_tier():
     """Under a budget where coop runs out of memory (the constants do not fit beside the
     largest op), coop-offload trains: its arrays really go to host memory outside the arena and

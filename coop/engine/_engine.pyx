@@ -397,6 +397,14 @@ cdef class Engine(_InPlace):
         self._storage(s)
         return self.c_resident(s)
 
+    def written(self, int s):
+        """Resident s's bytes were written outside an op (a borrowed array written in place:
+        data parallel training's buckets): a cached host copy (a copy out ahead) no longer
+        holds them and is dropped, so that leaving again copies the new bytes out."""
+        self._storage(s)
+        if self.on_host[s] == 2:
+            self._host_release(s)
+
     def info(self, int s):
         """A storage's state, for tests and debugging."""
         if s < 0 or s >= <int>self.alive.size() or not self.alive[s]:
