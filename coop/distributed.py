@@ -112,9 +112,20 @@ class NCCLCommunicator(MPICommunicator):
         if self.comm.Get_size() != self._mpi.COMM_WORLD.Get_size():
             raise ValueError("cupyx.distributed.NCCLBackend sets up over MPI.COMM_WORLD; "
                              "pass COMM_WORLD (or nothing)")
+        if not cupy.cuda.nccl.available:
+            # every rank finds the same: all raise (one rank alone failing leaves the others
+            # waiting in NCCLBackend's setup for good)
+            raise RuntimeError("coop: CuPy finds no NCCL library on this rank "
+                               "(cupy.cuda.nccl.available is False); install it (pip install "
+                               "nvidia-nccl-cu12) or train on the host: init('mpi')")
         local = self.comm.Split_type(self._mpi.COMM_TYPE_SHARED)
-        self.device_id = local.Get_rank() % cupy.cuda.runtime.getDeviceCount()
+        ranks, devices = local.Get_size(), cupy.cuda.runtime.getDeviceCount()
+        self.device_id = local.Get_rank() % max(devices, 1)
         local.Free()
+        if ranks > devices:
+            raise ValueError(f"coop: {ranks} ranks on this node but {devices} GPUs visible: "
+                             f"NCCL takes one GPU per rank (two ranks on one GPU fail in its "
+                             f"setup); start at most {devices} ranks per node")
         cupy.cuda.Device(self.device_id).use()
         self.nccl = NCCLBackend(self.size, self.rank, use_mpi=True)
 
@@ -295,13 +306,20 @@ def check_identical(params, comm):
 class DataParallel:
     """One rank's side of data-parallel training of a model (or a list of parameters).
 
-    On creation, every rank takes rank 0's parameters. After each backward, call
-    ``sync_gradients()``; then the optimizer's step is the same on every rank.
-    ``check_identical()`` (a debug check, after a step) compares the parameters' hashes."""
+    On creation, every rank takes rank 0's parameters and buffers. After each backward, call
+    ``sync_gradients()``; then the optimizer's step is the same on every rank, and the buffers
+    (BatchNorm's running statistics, which each rank's batch moves) are rank 0's.
+    ``check_identical()`` (a debug check, after a step) compares the parameters' and buffers'
+    hashes."""
 
     def __init__(self, model, comm, bucket_bytes=DEFAULT_BUCKET_BYTES):
         params = model.parameters() if hasattr(model, "parameters") else model
         self.params = list(params)
+        # a model's buffers (BatchNorm's running statistics) move with each rank's own batch:
+        # rank 0's are every rank's after each sync, as PyTorch's DistributedDataParallel
+        # broadcasts them
+        self.buffers = [b for _, b in model.named_buffers()] \
+            if hasattr(model, "named_buffers") else []
         _runtime_of(self.params)
         self.comm = comm
         self.bucket_bytes = int(bucket_bytes)
@@ -310,7 +328,7 @@ class DataParallel:
         self.buckets = 0
         self.bytes = 0
         self.seconds = 0.0
-        broadcast_parameters(self.params, comm, bucket_bytes=self.bucket_bytes)
+        broadcast_parameters(self.params + self.buffers, comm, bucket_bytes=self.bucket_bytes)
 
     @property
     def rank(self):
@@ -323,8 +341,11 @@ class DataParallel:
         return self.comm.size
 
     def sync_gradients(self):
-        """Average the gradients over the ranks (call after backward, before the step)."""
+        """Average the gradients over the ranks (call after backward, before the step); the
+        buffers become rank 0's."""
         out = allreduce_gradients(self.params, self.comm, self.bucket_bytes)
+        if self.buffers:
+            broadcast_parameters(self.buffers, self.comm, bucket_bytes=self.bucket_bytes)
         self.syncs += 1
         self.buckets += out["buckets"]
         self.bytes += out["bytes"]
@@ -332,8 +353,8 @@ class DataParallel:
         return out
 
     def check_identical(self):
-        """Raise RuntimeError if a parameter's bytes differ between ranks."""
-        check_identical(self.params, self.comm)
+        """Raise RuntimeError if a parameter's or buffer's bytes differ between ranks."""
+        check_identical(self.params + self.buffers, self.comm)
         self.checks += 1
 
     def mean(self, value):

@@ -104,6 +104,27 @@ def test_buckets_are_allocated_in_the_arena_under_its_budget():
     del filler
 
 
+def test_buffers_are_rank_zeros_after_each_sync():
+    """A model with BatchNorm: its running statistics are buffers, which each rank's batch
+    moves; DataParallel broadcasts rank 0's at each sync and checks them with the parameters
+    (one rank here: the broadcast leaves them bit for bit)."""
+    rt = coop.Runtime(coop.numpy_allocator("8MiB"), cost="cpu")
+    model = nn.Sequential(nn.Conv2d(rt, 3, 4, 3, padding=1, rng=0), nn.BatchNorm2d(rt, 4))
+    dp = distributed.DataParallel(model, distributed.MPICommunicator(MPI.COMM_SELF),
+                                  bucket_bytes=64)
+    assert len(dp.buffers) == 2 and all(b.shape == (4,) for b in dp.buffers)
+    x = rt.tensor(np.random.default_rng(0).normal(size=(2, 3, 5, 5)).astype(np.float32))
+    model(x).sum().backward()
+    moved = [b.numpy() for b in dp.buffers]
+    assert not np.array_equal(moved[0], np.zeros(4, np.float32))   # the batch moved them
+    out = dp.sync_gradients()
+    assert out["buckets"] > 0
+    assert all(np.array_equal(b.numpy(), m) for b, m in zip(dp.buffers, moved))
+    dp.check_identical()
+    assert dp.checks == 1
+    rt.arena.check()
+
+
 def test_gradients_of_two_runtimes_are_refused():
     _, a = _model_with_grads()
     _, b = _model_with_grads()
