@@ -237,6 +237,14 @@ class _Lease:
         home.leases.add(self)
 
 
+def _piece_of(home, pointer):
+    """The PieceOwner of a MemoryPointer's memory when it is a piece of home (a _DeviceArena),
+    else None (another pool's memory, an array_at view, CuPy's own)."""
+    piece = getattr(pointer.mem, "_owner", None)
+    return piece if isinstance(piece, PieceOwner) and home is not None and piece.home is home \
+        else None
+
+
 def _call_hooks(hooks, stage, **info):
     for hook in hooks.values():
         getattr(hook, stage)(**info)
@@ -405,8 +413,8 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         key = None
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
-            owner = getattr(getattr(getattr(source, "data", None), "mem", None), "_owner", None)
-            if isinstance(owner, PieceOwner) and owner.home is home:
+            owner = _piece_of(home, source.data) if source is not None else None
+            if owner is not None:
                 owner.stream_key = key
         hooks = _get_hooks() if _has_hooks() else None
         if hooks:   # its free calls the free hooks: its allocation calls the malloc hooks
@@ -756,10 +764,7 @@ class _BoundPool(Backend):
     def _piece(self, pool, pointer):
         """The PieceOwner of pointer's memory when it is a piece of this pool on this device
         (only such a piece can remember a copy: its free then waits for it), else None."""
-        piece = pointer.mem._owner
-        if isinstance(piece, PieceOwner) and piece.home is pool._homes.get(self.device_id):
-            return piece
-        return None
+        return _piece_of(pool._homes.get(self.device_id), pointer)
 
     def _mark(self, piece, event, ahead):
         """piece's free is ordered after the copy that ends with event: always for a copy
