@@ -68,7 +68,7 @@ cdef class Arena:
     cdef Py_ssize_t c_allocate_or_evict(self, size_t size, int placement, int code, double now,
                                         int slot, Evictor evictor, object policy) except -2
     cdef Py_ssize_t c_request(self, size_t nbytes, int placement) except -2
-    cdef Py_ssize_t c_request_fit(self, size_t nbytes, int placement) except -2
+    cdef Py_ssize_t _owner_evicts(self, size_t size, int placement, Evictor owner) except -2
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbors,
                            bint evictable) except -1
     cdef void c_remove_storage(self, int slot) noexcept
@@ -105,6 +105,8 @@ cdef class Evictor:
     cdef int policy_code               # a PolicyCode (P_COOP ... P_NONE); P_NONE by default
     cdef double now                    # the owner's logical clock, for staleness; 0.0 by default
     cdef object policy_name            # the core policy's name, for error messages; "none"
+    cdef public object lock            # what an eviction for c_request holds (the owner's
+                                       # runtime's lock, any thread allocating); None: none
     cdef int evict(self, Arena arena, vector[int]& victims) except -1
     cdef int move(self, Arena arena, int slot, size_t src, size_t dst) except -1
     cdef int moved(self, Arena arena) except -1

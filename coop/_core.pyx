@@ -341,9 +341,11 @@ cdef class Arena:
     cdef Py_ssize_t c_request(self, size_t nbytes, int placement) except -2:
         """Place nbytes (the request's own count, not yet rounded) for an anonymous allocation:
         best fit; when nothing fits, the eviction loop under the attached owner's policy_code,
-        now and policy_name, the owner evicting. No owner: OutOfMemoryError, counted as a
-        failed search like policy "none". Larger than the capacity: OutOfMemoryError, nothing
-        counted. The offset (logged with nbytes)."""
+        now and policy_name, the owner evicting, holding the owner's lock where it has one
+        (Evictor.lock: a backend serves every thread, and an eviction must not run inside the
+        runtime's op on another; a piece that fits takes no lock). No owner: OutOfMemoryError,
+        counted as a failed search like policy "none". Larger than the capacity:
+        OutOfMemoryError, nothing counted. The offset (logged with nbytes)."""
         if nbytes > self.capacity:
             raise _too_large(self, nbytes)
         cdef size_t size = self.request_size(nbytes)
@@ -352,27 +354,27 @@ cdef class Arena:
         if offset < 0:
             if owner is None:
                 offset = self.c_allocate_or_evict(size, placement, P_NONE, 0.0, -1, None, "none")
+            elif owner.lock is None:
+                offset = self._owner_evicts(size, placement, owner)
             else:
-                if owner.policy_code < P_COOP or owner.policy_code > P_NONE:
-                    raise ValueError(f"the arena's owner has no policy: policy_code "
-                                     f"{owner.policy_code} is none of coop._core.POLICIES' codes")
-                if self.ideal and owner.policy_code == P_COOP:
-                    raise ValueError("an ideal arena has no addresses to scan: its owner needs a "
-                                     "loop policy (dtr, dte, lru, size) or none")
-                offset = self.c_allocate_or_evict(size, placement, owner.policy_code, owner.now,
-                                                  -1, owner, owner.policy_name)
+                with owner.lock:
+                    # what the holder left may fit now
+                    offset = self.c_allocate(size, placement, -1)
+                    if offset < 0:
+                        offset = self._owner_evicts(size, placement, owner)
         self.log.c_request(nbytes)
         return offset
 
-    cdef Py_ssize_t c_request_fit(self, size_t nbytes, int placement) except -2:
-        """c_request where a piece fits now, never evicting: the offset (logged with nbytes),
-        or -1 when nothing fits. Larger than the capacity: OutOfMemoryError."""
-        if nbytes > self.capacity:
-            raise _too_large(self, nbytes)
-        cdef Py_ssize_t offset = self.c_allocate(self.request_size(nbytes), placement, -1)
-        if offset >= 0:
-            self.log.c_request(nbytes)
-        return offset
+    cdef Py_ssize_t _owner_evicts(self, size_t size, int placement, Evictor owner) except -2:
+        """c_request's eviction loop, under the owner's policy and clock."""
+        if owner.policy_code < P_COOP or owner.policy_code > P_NONE:
+            raise ValueError(f"the arena's owner has no policy: policy_code "
+                             f"{owner.policy_code} is none of coop._core.POLICIES' codes")
+        if self.ideal and owner.policy_code == P_COOP:
+            raise ValueError("an ideal arena has no addresses to scan: its owner needs a "
+                             "loop policy (dtr, dte, lru, size) or none")
+        return self.c_allocate_or_evict(size, placement, owner.policy_code, owner.now,
+                                        -1, owner, owner.policy_name)
 
     cdef int c_add_storage(self, int64_t key, double cost, vector[int]& neighbors,
                            bint evictable) except -1:
@@ -908,6 +910,7 @@ cdef class Evictor:
         self.policy_code = P_NONE
         self.now = 0.0
         self.policy_name = "none"
+        self.lock = None
 
     cdef int evict(self, Arena arena, vector[int]& victims) except -1:
         raise NotImplementedError

@@ -103,11 +103,10 @@ class Runtime:
         # queued (_pending) and released by the holder on its way out, so a __del__ never
         # waits (a kernel's worker thread may drop one while the kernel waits on it).
         self._lock = threading.RLock()
-        guard = getattr(backend, "guard", None)
-        if guard is not None:
-            # the backend's allocations from any thread evict through this runtime: under its
-            # lock (the CuPy pool; NumPy's handler applies to the installing context only)
-            guard(self._lock)
+        # the backend's allocations from any thread that must evict go through this runtime's
+        # engine, the arena's owner: they hold this lock (Arena.c_request), so that none runs
+        # inside an op of this runtime's thread
+        engine.lock = self._lock
         self._pending = collections.deque()
         self.policy = record.name
         self.cost_model = cost

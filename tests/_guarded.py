@@ -1,5 +1,6 @@
 """The check that another thread's allocations evict only outside a runtime's ops (the
-backends' guard), shared by the host backend's and the CuPy pool's tests."""
+core's rule: an eviction for an allocation holds the owner's lock, Evictor.lock), shared by
+the host backend's and the CuPy pool's tests."""
 import threading
 
 

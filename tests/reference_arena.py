@@ -498,6 +498,13 @@ class ReferenceArena:
         owner = self._owner
         if owner is None:
             return self._evict_loop(size, n, placement, "none", 0.0, None, None)
+        if owner.lock is None:
+            return self._owner_evicts(size, n, placement, owner)
+        with owner.lock:      # what the holder left may fit now
+            offset = self._place(size, placement, None, n)
+            return offset if offset >= 0 else self._owner_evicts(size, n, placement, owner)
+
+    def _owner_evicts(self, size, n, placement, owner):
         if self.ideal and owner.policy == "coop":
             raise ValueError("an ideal arena has no addresses to scan")
         return self._evict_loop(size, n, placement, owner.policy, float(owner.now),
@@ -925,6 +932,7 @@ class CallbackOwner:
         self.callback = callback
         self.policy = policy
         self.now = 0.0
+        self.lock = None
 
 
 def _clock(now):

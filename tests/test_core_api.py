@@ -1,5 +1,7 @@
 """The arena's owner (attach / detach / request), its allocation log, and the C enums' independence
 from the Python constants; run on coop.Arena and, where the model has it, on the reference."""
+import threading
+
 import pytest
 
 import coop
@@ -163,6 +165,39 @@ def test_the_owners_clock_decides(Arena):
         victims.append(log)
         assert log == [expected]
     assert victims == [[[0]], [[1]]]
+
+
+def test_a_request_that_must_evict_holds_the_owners_lock(Arena):
+    """With an owner's lock (a runtime's, held while its thread runs an op), another thread's
+    request that fits is placed at once, and one that must evict waits for the lock; the
+    holder's own requests evict without waiting (a re-entrant lock)."""
+    arena = Arena(512)
+    storages(arena, [1.0, 2.0])
+    build(arena, [(128, 0), (128, 1), (128, None)])
+    log = []
+    owner = owner_for(Arena, arena, "dtr", log)
+    owner.lock = threading.RLock()
+    arena.attach(owner)
+    done = {}
+
+    def request(name, nbytes):
+        done[name] = arena.request(nbytes)
+
+    with owner.lock:
+        small = threading.Thread(target=request, args=("small", 128))
+        small.start()
+        small.join(5)
+        assert done.get("small") == 384 and log == []           # it fit: no wait
+        big = threading.Thread(target=request, args=("big", 128))
+        big.start()
+        big.join(0.2)
+        assert big.is_alive() and "big" not in done and log == []   # it must evict: it waits
+    big.join(5)
+    assert done["big"] in (0, 128) and log == [[0]]
+    arena.check()
+    with owner.lock:                    # the holder's own request evicts at once
+        assert arena.request(128) in (0, 128) and log == [[0], [1]]
+    arena.check()
 
 
 def test_attach_and_detach(Arena):

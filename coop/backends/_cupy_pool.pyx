@@ -125,12 +125,8 @@ def adopt(home, Arena arena, size_t base, size_t offset, size_t nbytes, stream_k
 
 
 def serve(home, Arena arena, size_t base, size_t nbytes, int placement, stream_key,
-          int device_id, bint evict=True):
+          int device_id):
     """A MemoryPointer to a new piece of nbytes (> 0) at base + offset (OutOfMemoryError from
-    the arena when nothing fits after eviction). evict=False: only where a piece fits now,
-    else None."""
-    cdef Py_ssize_t offset = arena.c_request(nbytes, placement) if evict \
-        else arena.c_request_fit(nbytes, placement)
-    if offset < 0:
-        return None
+    the arena when nothing fits after eviction)."""
+    cdef Py_ssize_t offset = arena.c_request(nbytes, placement)
     return adopt(home, arena, base, offset, nbytes, stream_key, device_id)

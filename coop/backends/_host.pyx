@@ -95,7 +95,6 @@ cdef class HostBackend:
     cdef long long n_to_host, n_to_host_bytes, n_from_host, n_from_host_bytes  # the host tier's copies
     cdef Py_ssize_t next_at            # >= 0: the next allocation takes this used piece (a move)
     cdef unsigned long next_thread     # ... if made by this thread (the move's)
-    cdef public object guard_lock      # the lock of the runtime that evicts here, or None (guard)
     cdef Py_ssize_t skip_free          # >= 0: the next free of memory at this offset frees nothing
 
     def __cinit__(self, nbytes, alignment=64):
@@ -393,32 +392,17 @@ cdef class HostBackend:
         return self.buf + offset
 
     cdef Py_ssize_t _allocate_slow(self, size_t nbytes) noexcept:
-        """Nothing fits: the eviction loop, holding the runtime's lock where one guards the
-        arena (guard: another thread with the backend installed waits while the runtime's
-        thread is inside it). No garbage collection first (CuPy's pool collects): a failure
-        here is how a kernel's temporaries that do not fit reach the runtime, which then makes
-        room and runs the kernel again, and a collection at each would cost more than the
-        op."""
+        """Nothing fits: the eviction loop (holding the lock of the runtime whose engine owns the
+        arena: the core's rule, Arena.c_request). No garbage collection first (CuPy's pool
+        collects): a failure here is how a kernel's temporaries that do not fit reach the
+        runtime, which then makes room and runs the kernel again, and a collection at each
+        would cost more than the op."""
         self.n_slow += 1
-        guard = self.guard_lock
         try:
-            if guard is not None:
-                guard.acquire()     # the runtime's own thread holds it already (an RLock)
-            try:
-                return self.arena.c_request(nbytes, self.placement)
-            finally:
-                if guard is not None:
-                    guard.release()
+            return self.arena.c_request(nbytes, self.placement)
         except BaseException as error:   # nothing may propagate into NumPy's C code
             self.last_error = error
             return -1
-
-    def guard(self, lock):
-        """The lock of the runtime whose engine owns the arena (a threading.RLock; None: none):
-        an allocation that must evict holds it, whichever thread makes it (the backend serves
-        every context it is installed in), so that an eviction never runs inside another
-        thread's op; one that fits takes no lock."""
-        self.guard_lock = lock
 
 
 try:

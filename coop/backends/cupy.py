@@ -211,7 +211,7 @@ class _Scopes(threading.local):
 class _DeviceArena:
     """One device's arena and the memory behind it; live pieces keep it (and the memory) alive."""
     __slots__ = ("arena", "device_id", "base", "memory", "stream_key", "stream", "stream_alive",
-                 "order", "lock", "leases", "guard")
+                 "order", "lock", "leases")
 
     def __init__(self, arena, device_id, lock):
         self.arena = arena            # offsets of [base, base + capacity); survives releases
@@ -224,7 +224,6 @@ class _DeviceArena:
         self.order = None             # a StreamOrder once a second stream allocated, else None
         self.lock = lock              # the pool's lock: guards order (frees come from any thread)
         self.leases = weakref.WeakSet()  # live array_at views (no pieces, yet on the memory)
-        self.guard = None             # the lock of the runtime whose engine evicts here (guard)
 
 
 class _Lease:
@@ -510,17 +509,9 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
         key = None
         if home.stream_key is not None:
             key, stream = streams.current_stream(device_id)
-        guard = home.guard
-        if guard is None:
-            pointer = self._serve(home, size, placement, key, device_id)
-        else:
-            # a piece that fits takes no lock; evicting holds the runtime's, so that another
-            # thread's allocation waits while the runtime's thread is inside it (an op, a
-            # recompute, an eviction): the runtime's own thread holds it already (an RLock)
-            pointer = serve(home, home.arena, home.base, size, placement, key, device_id, False)
-            if pointer is None:
-                with guard:
-                    pointer = self._serve(home, size, placement, key, device_id)
+        # an allocation that must evict holds the lock of the runtime whose engine owns the
+        # arena (the core's rule, Arena.c_request), whichever thread makes it
+        pointer = self._serve(home, size, placement, key, device_id)
         if key is not None and (key != home.stream_key or home.order is not None):
             self._order(home, key, stream)   # before the caller can enqueue work on it
         return pointer
@@ -543,14 +534,6 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
             return serve(home, home.arena, home.base, size, placement, key, device_id)
         except OutOfMemoryError as err:
             raise CupyOutOfMemoryError.of(err) from None
-
-    def guard(self, lock):
-        """A runtime's lock (a threading.RLock), for the arena of the current device, whose
-        evictions go through that runtime: an allocation that must evict holds it, whichever
-        thread makes it (``set_allocator`` is global: a data loader's thread allocates here
-        too), so that it never runs inside another thread's op; one that fits does not wait.
-        None: no runtime."""
-        self._home(self._device_now()).guard = lock
 
     def _malloc_hooked(self, size, hooks):
         # as CuPy's SingleDeviceMemoryPool.malloc: pre, the allocation, post (also on failure)
