@@ -437,6 +437,40 @@ def test_backend_outlives_its_arrays_and_frees_its_buffer():
     del a                                              # last reference: buffer freed, no warning
 
 
+def test_each_threads_failure_keeps_its_own_reason():
+    """last_error is the calling thread's: the backend serves every thread it is installed in,
+    and another thread's block (entering it clears that thread's reason, leaving it takes it)
+    and failure neither clear nor replace this thread's, so each block re-raises its own
+    reason (before, the other thread's entry cleared it and this block's NumPy MemoryError
+    came out alone)."""
+    backend = HostBackend(MiB)
+    seen = {}
+
+    def elsewhere():
+        try:
+            with backend:
+                np.empty(300000)                       # 2,400,000 bytes
+        except OutOfMemoryError as err:
+            seen["error"] = err
+        seen["after"] = backend.last_error
+
+    with pytest.raises(OutOfMemoryError, match="larger than the whole arena") as info:
+        with backend:
+            try:
+                np.empty(200000)                       # 1,600,000 bytes
+            except MemoryError as numpy_error:
+                thread = threading.Thread(target=elsewhere)
+                thread.start()
+                thread.join()
+                assert backend.last_error.request == 1600000
+                raise numpy_error
+    assert info.value.request == 1600000
+    assert "Unable to allocate" in str(info.value.__cause__)    # NumPy's, kept as the cause
+    assert seen["error"].request == 2400000 and seen["after"] is None
+    assert backend.last_error is None
+    backend.arena.check()
+
+
 def test_pieces_still_used_at_teardown_leak_with_a_warning():
     backend = HostBackend(MiB)
     backend.arena.allocate(64)                         # a piece no array will ever free

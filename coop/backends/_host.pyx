@@ -15,8 +15,9 @@ Where the handler applies (NumPy keeps it in a contextvar):
   freed by NumPy's default handler, and an arena array that outlives ``uninstall()`` (or moves to
   another thread) is still freed into the arena. Its capsule keeps the backend alive until then.
 - Out of memory: NumPy replaces the handler's error with its own ``MemoryError`` ("Unable to
-  allocate ..."), so the handler keeps the real reason in ``last_error``, and leaving a ``with``
-  block re-raises it (``coop.OutOfMemoryError``, whose message names the budget) from NumPy's.
+  allocate ..."), so the handler keeps the real reason in ``last_error`` (one per thread), and
+  leaving a ``with`` block re-raises it (``coop.OutOfMemoryError``, whose message names the
+  budget) from NumPy's.
 
 The GIL is the lock: every handler function takes it (NumPy calls them holding it anyway), and
 the arena calls no Python code while its structures are inconsistent.
@@ -86,7 +87,8 @@ cdef class HostBackend:
     cdef char* buf                     # capacity bytes aligned to the alignment; NULL once freed
     cdef PyDataMem_Handler handler     # ctx is self; every capsule of it holds a reference to self
     cdef public int placement          # placement class of the allocations made now (placing())
-    cdef public object last_error      # why the handler last returned NULL (NumPy drops it); or None
+    cdef dict errors                   # thread id -> why the handler last returned NULL in that
+                                       # thread (NumPy drops it): last_error, per thread
     cdef object saved                  # ContextVar: handlers that install() replaced, innermost last
     cdef public object host_budget     # bytes a runtime's host tier may hold (None: no limit)
     cdef long long n_malloc, n_calloc, n_realloc, n_free   # handler calls, for tests and profiles
@@ -98,6 +100,7 @@ cdef class HostBackend:
     cdef Py_ssize_t skip_free          # >= 0: the next free of memory at this offset frees nothing
 
     def __cinit__(self, nbytes, alignment=64):
+        self.errors = {}
         if isinstance(alignment, int) and alignment < 16:
             raise ValueError(f"coop: a host arena's alignment must be at least 16 bytes (NumPy's "
                              f"own allocations are 16-byte aligned; 64 keeps SIMD loops, and so "
@@ -345,7 +348,7 @@ cdef class HostBackend:
         return out
 
     def __enter__(self):
-        self.last_error = None
+        self._clear_error()
         self.install()
         return self
 
@@ -401,8 +404,35 @@ cdef class HostBackend:
         try:
             return self.arena.c_request(nbytes, self.placement)
         except BaseException as error:   # nothing may propagate into NumPy's C code
-            self.last_error = error
+            self._fail(error)
             return -1
+
+    cdef void _fail(self, error) noexcept:
+        """The handler returns NULL in this thread: error is why (last_error)."""
+        try:
+            self.errors[PyThread_get_thread_ident()] = error
+        except BaseException:
+            pass        # no memory for the entry: NumPy's own MemoryError stands alone
+
+    cdef inline void _clear_error(self) noexcept:
+        """This thread's last_error goes (a block or an op starts)."""
+        if self.errors:                  # empty almost always: no Python call on the hot path
+            self.errors.pop(PyThread_get_thread_ident(), None)
+
+    @property
+    def last_error(self):
+        """Why the handler last returned NULL in the calling thread (NumPy replaces it with
+        its own MemoryError), or None; per thread, so that another thread's failure (the
+        backend serves every thread it is installed in) neither hides nor replaces it. Leaving
+        a ``with`` block or an op's ``placing()`` re-raises it and clears it."""
+        return self.errors.get(PyThread_get_thread_ident()) if self.errors else None
+
+    @last_error.setter
+    def last_error(self, error):
+        if error is None:
+            self._clear_error()
+        else:
+            self._fail(error)
 
 
 try:
@@ -417,7 +447,9 @@ cdef int _reraise_real_error(HostBackend backend, exc) except -1:
     class, or a bare MemoryError with no message or NumPy's "cannot allocate ..."): any other
     MemoryError (the program's own, raised after it handled the earlier failure) propagates
     as it is."""
-    error, backend.last_error = backend.last_error, None
+    if not backend.errors:
+        return 0
+    error = backend.errors.pop(PyThread_get_thread_ident(), None)
     if error is not None and exc is not error and (type(exc) is _ArrayMemoryError or (
             type(exc) is MemoryError and exc.__context__ is None and (
                 not exc.args or str(exc.args[0]).startswith("cannot allocate")))):
@@ -440,7 +472,7 @@ cdef class _Placing:
         Py_INCREF(backend)   # released by the capsule's destructor, after the last array using it
         self.saved = backend.placement
         backend.placement = self.placement
-        backend.last_error = None
+        backend._clear_error()
         self.previous = cnp.PyDataMem_SetHandler(capsule)
         return backend
 
@@ -466,7 +498,7 @@ cdef void* _calloc(void* ctx, size_t nelem, size_t elsize) noexcept with gil:
     cdef HostBackend backend = <HostBackend>ctx
     backend.n_calloc += 1
     if elsize and nelem > (<size_t>-1) // elsize:
-        backend.last_error = MemoryError(f"coop: calloc of {nelem} x {elsize} bytes overflows")
+        backend._fail(MemoryError(f"coop: calloc of {nelem} x {elsize} bytes overflows"))
         return NULL
     cdef char* ptr = backend._allocate(nelem * elsize)
     if ptr != NULL:
@@ -484,13 +516,13 @@ cdef void* _realloc(void* ctx, void* ptr, size_t nbytes) noexcept with gil:
     cdef Py_ssize_t old_offset = backend._piece_at(ptr, &old_size, &slot)
     if old_offset < 0:
         backend.n_foreign += 1
-        backend.last_error = ValueError(
-            f"coop: realloc of {<uintptr_t>ptr:#x}, which this arena did not allocate")
+        backend._fail(ValueError(
+            f"coop: realloc of {<uintptr_t>ptr:#x}, which this arena did not allocate"))
         return NULL
     if slot >= 0:
         # moving it would evict the storage under the runtime's feet
-        backend.last_error = ValueError(
-            "coop: cannot resize an array whose memory the runtime tracks; copy it instead")
+        backend._fail(ValueError(
+            "coop: cannot resize an array whose memory the runtime tracks; copy it instead"))
         return NULL
     cdef Py_ssize_t offset
     cdef char* moved
