@@ -23,15 +23,11 @@ go below under it, whatever its tier does). The link's rate is the trace's `host
 its cost model's device's (docs/trace-format.md).
 """
 import argparse
-import json
 
 from coop.engine.cost import DEVICES
-from coop.optim import ADAMW, APPLY, EMA, EMA_SQUARE, MOMENTUM, SCALE, SGD_STEP
+from coop.optim import UPDATE_KERNELS
 from coop.trace.records import json_lines
 from coop.trace.replay import unlimited
-
-#: the kernels of coop.optim's updates
-UPDATE_OPS = frozenset(k.name for k in (SGD_STEP, MOMENTUM, APPLY, SCALE, EMA, EMA_SQUARE, ADAMW))
 
 
 def update_reads(path):
@@ -60,7 +56,7 @@ def update_reads(path):
             for out in rec.get("outputs", ()):
                 if out.get("alias", -1) < 0:
                     sizes.setdefault(out["id"], out["size"])
-            if rec["name"] in UPDATE_OPS:
+            if rec["name"] in UPDATE_KERNELS:
                 in_update = True
                 cost_update += rec["cost"]
                 reads.update(i for i in rec["inputs"] if i in constant)

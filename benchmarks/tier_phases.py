@@ -18,12 +18,10 @@ import os
 
 from coop.budget import parse_budget
 from coop.errors import OutOfMemoryError, Thrash
-from coop.optim import ADAMW, APPLY, EMA, EMA_SQUARE, MOMENTUM, SCALE, SGD_STEP
+from coop.optim import UPDATE_KERNELS
 from coop.trace.replay import (DEFAULT_ALIGNMENT, DEFAULT_LOOKAHEAD, load, make_replayer,
                                unlimited)
 
-#: the kernels of coop.optim's updates
-UPDATE_OPS = frozenset(k.name for k in (SGD_STEP, MOMENTUM, APPLY, SCALE, EMA, EMA_SQUARE, ADAMW))
 PHASES = ("forward", "backward", "update")
 
 
@@ -54,7 +52,8 @@ def phases(trace, budget=None, ratio=None, policy="coop-offload", lookahead=DEFA
             if row_op:
                 name = names[now[4] - 1]
                 backward = backward or name.endswith("_backward")
-                phase = "update" if name in UPDATE_OPS else "backward" if backward else "forward"
+                phase = ("update" if name in UPDATE_KERNELS
+                         else "backward" if backward else "forward")
             row = rows[phase]
             row["records"] += 1
             row["ops"] += row_op

@@ -81,6 +81,10 @@ SCALE = Kernel(_scale, name="scale_", inplace=0, flops=elementwise_flops(1))
 EMA = Kernel(_ema, name="ema_", inplace=0, flops=elementwise_flops(3))
 EMA_SQUARE = Kernel(_ema_square, name="ema_square_", inplace=0, flops=elementwise_flops(4))
 ADAMW = Kernel(_adamw, name="adamw_", inplace=0, flops=elementwise_flops(8))
+#: the names of the optimizers' update kernels (clip_grad_norm's SCALE among them): what
+#: benchmarks/tier_phases.py and link_bound.py count as a step's update in a trace
+UPDATE_KERNELS = frozenset(k.name for k in (SGD_STEP, MOMENTUM, APPLY, SCALE, EMA, EMA_SQUARE,
+                                            ADAMW))
 
 
 class Optimizer:

@@ -13,6 +13,7 @@ from _arena import SEARCH_TIMES
 from _gradcheck import deep_mlp, deep_mlp_loss
 from _late_copies import LateCopies
 from _training import step
+from _traces import write_trace
 
 import coop
 import coop.trace.replay as R
@@ -27,11 +28,6 @@ from coop.trace._replay import Replayer
 
 A100 = DEVICES["a100-80gb"]
 D2H, H2D = A100.d2h_ns_per_byte, A100.h2d_ns_per_byte    # 0.04 ns per byte each way
-
-
-def write(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
 
 
 def call(name, inputs, out, size, cost=1e4):
@@ -60,7 +56,7 @@ TRACE = [
 
 @pytest.fixture
 def trace(tmp_path):
-    return write(tmp_path / "t.jsonl", TRACE)
+    return write_trace(tmp_path / "t.jsonl", TRACE)
 
 
 def tier(result):
@@ -112,7 +108,7 @@ def test_room_is_made_for_the_op_after_next_so_its_copy_back_runs_under_the_next
     reads, is offloaded: its copy out is exposed), m2's input and h's resident input pinned,
     so w's copy back runs under m2 (1e4 ns) and h waits for nothing. With a lookahead of 1
     the same room is made at h, on demand, and the copy back is exposed."""
-    path = write(tmp_path / "room.jsonl", ROOM)
+    path = write_trace(tmp_path / "room.jsonl", ROOM)
     got = {}
     for k in (1, 2):
         r = R.replay(path, budget=6144, policy="coop-offload", lookahead=k, check=True,
@@ -160,7 +156,7 @@ def test_a_mutated_constant_copies_out_again(tmp_path):
     and its output), 6144 bytes; back come w and b. Mutated by u (no output: only x leaves for
     it), w's copy is dropped and its second offload copies it out again: w, x, w, 5120 bytes."""
     def trace(*u):
-        return write(tmp_path / "u.jsonl", [
+        return write_trace(tmp_path / "u.jsonl", [
             {"op": "meta", "alignment": 512},
             {"op": "constant", "id": 0, "size": 2048},       # w
             {"op": "constant", "id": 1, "size": 1024},       # x
@@ -520,7 +516,7 @@ def test_a_constant_is_copied_out_ahead_of_the_pressure(tmp_path):
     (2 computed values, 5,120 bytes, made when their room was needed) and w's copy back are
     exposed. Without the tier the run fails. (lower_bound_bytes=0: the tier opens when q's
     choice needs it, as in a live run's first step.)"""
-    path = write(tmp_path / "ahead.jsonl", AHEAD)
+    path = write_trace(tmp_path / "ahead.jsonl", AHEAD)
     assert R.replay(path, budget=6144, policy="coop", lookahead=0)["status"] == "oom"
     r = R.replay(path, budget=6144, policy="coop-offload", lookahead=0, check=True,
                  lower_bound_bytes=0)
@@ -545,7 +541,7 @@ def test_below_the_bound_a_replay_opens_the_tier_at_the_start_for_constants(tmp_
     blocked choice instead (lower_bound_bytes=0, a live run's first step), the same trace
     evicts once and recomputes once, not twice: the rule is a gain measured over the paper
     models (docs/benchmarks.md), not on every trace."""
-    path = write(tmp_path / "ahead.jsonl", AHEAD)
+    path = write_trace(tmp_path / "ahead.jsonl", AHEAD)
     program = R.load(path)
     assert R.unlimited(program)["lower_bound_bytes"] == 8192
     rp = Replayer(program, Arena(6144, 512), "coop-offload", 0.0, R.copy_cost(program), None,
@@ -605,7 +601,7 @@ def test_coop_replay_first_step_opens_the_tier_at_its_first_use(tmp_path, capsys
     """coop replay opens the tier at the start below the bound, as replay() does; --first-step
     replays a live run's first step (the tier opens when a choice first needs it)."""
     from coop.cli.main import main
-    path = write(tmp_path / "ahead.jsonl", AHEAD)
+    path = write_trace(tmp_path / "ahead.jsonl", AHEAD)
     for flag, opened, out_bytes in (([], True, 5120), (["--first-step"], False, 7168)):
         assert main(["replay", str(path), "--budget", "6KiB", "--policy", "coop-offload",
                      "--lookahead", "0", "--json", *flag]) == 0
@@ -625,7 +621,7 @@ def test_a_constant_made_where_it_lies_is_not_copied_out_ahead(tmp_path, settle)
     records = [AHEAD[0], call("g", [], 0, 2048),
                {"op": "materialize", "id": 0, **({} if settle else {"settle": False})},
                *AHEAD[2:]]
-    path = write(tmp_path / "made.jsonl", records)
+    path = write_trace(tmp_path / "made.jsonl", records)
     r = R.replay(path, budget=6144, policy="coop-offload", lookahead=0, check=True,
                  lower_bound_bytes=0)
     assert r["status"] == "ok"
@@ -662,7 +658,7 @@ def test_a_constants_offload_is_priced_by_its_next_read(tmp_path, lookahead, pri
     (the copies over that time), not by its staleness. At h, a is the stalest but k reads it
     next; b was read just before but not again until m: the window offloads b, and a never
     leaves. Priced by staleness, a leaves at h and comes back for k, b leaving for it."""
-    program = R.load(write(tmp_path / "next.jsonl", NEXT))
+    program = R.load(write_trace(tmp_path / "next.jsonl", NEXT))
     rp = Replayer(program, Arena(6656, 512), "coop-offload", 0.0, R.copy_cost(program), None,
                   R.host_link(program), lookahead)
     e = rp.engine
@@ -802,7 +798,7 @@ def test_a_later_step_starts_with_the_constants_that_do_not_fit_in_the_host_tier
     run's first step (lower_bound_bytes=0), c is made in the arena, a and b leaving for it and
     for f's output, and nothing comes back; a host tier too small for c places it so too, and
     refuses a and b: out of memory, nothing lost."""
-    path = write(tmp_path / "steady.jsonl", STEADY)
+    path = write_trace(tmp_path / "steady.jsonl", STEADY)
     assert R.unlimited(R.load(path))["lower_bound_bytes"] > 4096
     later = R.replay(path, budget=4096, policy="coop-offload", lookahead=0, check=True)
     assert (later["status"], later["tier_open_at_start"], later["constants_on_host"]) == \

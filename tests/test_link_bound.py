@@ -1,9 +1,8 @@
 """benchmarks/link_bound.py: the host link's lower bound on a step's overhead, from the bytes its
 update reads."""
-import json
-
 import pytest
 from _scripts import load_benchmark
+from _traces import write_trace
 
 import coop.trace.replay as R
 from coop.cli.main import main as coop_main
@@ -11,17 +10,12 @@ from coop.cli.main import main as coop_main
 link_bound = load_benchmark("link_bound")
 
 
-def _write(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
 def _step(tmp_path, after=()):
     """A step by hand: parameter 1 and momentum 2 (100 bytes each), data 3 (50); a forward op
     (cost 10), a backward op making gradient 5 (cost 20), made a constant; SGD's two update
     ops (costs 1 and 2) reading 2 and 5, then 1 and 2; the link's host-to-device rate 2 ns per
     byte."""
-    return _write(tmp_path / "step.jsonl", [
+    return write_trace(tmp_path / "step.jsonl", [
         {"op": "meta", "alignment": 1, "host_link": [1.0, 2.0]},
         {"op": "constant", "id": 1, "size": 100},
         {"op": "constant", "id": 2, "size": 100},
@@ -74,7 +68,7 @@ def test_an_update_that_is_not_the_steps_end_is_refused(tmp_path):
          "outputs": [{"id": 6, "size": 40, "alias": -1}], "cost": 10.0}])
     with pytest.raises(ValueError, match="after the update began"):
         link_bound.update_reads(str(path))
-    plain = _write(tmp_path / "plain.jsonl", [
+    plain = write_trace(tmp_path / "plain.jsonl", [
         {"op": "constant", "id": 1, "size": 100},
         {"op": "call", "name": "linear", "inputs": [1],
          "outputs": [{"id": 2, "size": 40, "alias": -1}], "cost": 10.0}])

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss, train_deep_mlp
+from _traces import write_trace
 
 import coop
 import coop.trace.replay as R
@@ -22,11 +23,6 @@ from coop.errors import TraceError
 from coop.trace import compile_program, import_dtr
 
 POLICIES = list(coop.POLICIES)
-
-
-def write_lines(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
 
 
 # ---- DTR's uniform linear chain ------------------------------------------------------------------
@@ -93,7 +89,7 @@ def resnet_trace(tmp_path_factory):
 
 def test_every_policy_has_overhead_exactly_one_when_unlimited(resnet_trace, tmp_path):
     programs = [R.load(resnet_trace), compile_program(chain(64)),
-                R.load(write_lines(tmp_path / "log.jsonl", DTR_LOG))]
+                R.load(write_trace(tmp_path / "log.jsonl", DTR_LOG))]
     for program in programs:
         for policy in POLICIES:
             result = R.replay(program, budget=1 << 40, policy=policy)
@@ -212,7 +208,7 @@ BOUND_TRACE = [
 
 
 def test_the_offload_floor_leaves_out_the_constants_an_op_does_not_read(tmp_path, capsys):
-    path = write_lines(tmp_path / "t.jsonl", BOUND_TRACE)
+    path = write_trace(tmp_path / "t.jsonl", BOUND_TRACE)
     base = R.unlimited(path)
     assert (base["peak_used_bytes"], base["lower_bound_bytes"], base["offload_floor_bytes"]) \
         == (8192, 8192, 5120)
@@ -231,7 +227,7 @@ def test_an_op_reading_every_constant_has_a_floor_equal_to_the_bound(tmp_path):
     """Both ops read w: nothing could wait on the host, so the floor is the bound."""
     records = [dict(r) for r in BOUND_TRACE]
     records[3] = dict(records[3], inputs=[1, 0])
-    base = R.unlimited(write_lines(tmp_path / "t.jsonl", records))
+    base = R.unlimited(write_trace(tmp_path / "t.jsonl", records))
     assert (base["lower_bound_bytes"], base["offload_floor_bytes"]) == (8192, 8192)
 
 
@@ -264,7 +260,7 @@ DTR_LOG = [
 
 
 def test_dtr_records_become_coop_records(tmp_path):
-    path = write_lines(tmp_path / "log.jsonl", DTR_LOG)
+    path = write_trace(tmp_path / "log.jsonl", DTR_LOG)
     got = [record for _, record in import_dtr(path)]
     assert got == [
         {"op": "constant", "id": 0, "size": 4096},
@@ -286,7 +282,7 @@ def test_dtr_records_become_coop_records(tmp_path):
 
 
 def test_values_referenced_at_the_end_are_resident_and_pinned(tmp_path):
-    program = R.load(write_lines(tmp_path / "log.jsonl", DTR_LOG[:16]))   # up to COPY z2 <- z
+    program = R.load(write_trace(tmp_path / "log.jsonl", DTR_LOG[:16]))   # up to COPY z2 <- z
     arena = coop.Arena(1 << 20, 512)
     replayer = Replayer(program, arena, "coop")
     replayer.run()
@@ -364,7 +360,7 @@ def test_a_bad_dtr_log_names_its_line(tmp_path, lines, message):
        "failed": True}], r"t.jsonl:1: failed call 'f' has outputs; a failed call's outputs"),
 ])
 def test_a_bad_coop_trace_names_its_line(tmp_path, records, message):
-    path = write_lines(tmp_path / "t.jsonl", records)
+    path = write_trace(tmp_path / "t.jsonl", records)
     with pytest.raises(TraceError, match=message):
         R.load(path)
 
@@ -418,7 +414,7 @@ HOST_CALL = {"op": "call", "name": "f", "inputs": [], "cost": 1, "allocs": [64, 
     ([{"op": "meta", "room_price": "1"}], r"room_price must be a finite number >= 0"),
 ])
 def test_a_trace_that_would_corrupt_a_replay_is_an_error(tmp_path, records, message):
-    path = write_lines(tmp_path / "t.jsonl", records)
+    path = write_trace(tmp_path / "t.jsonl", records)
     with pytest.raises(TraceError, match=message):
         R.load(path)
 
@@ -459,7 +455,7 @@ def test_a_dtr_time_must_be_a_finite_number(tmp_path, time):
     log = [dict(r) for r in DTR_LOG]
     log[5]["TIME"] = time
     with pytest.raises(TraceError, match=r"log.jsonl:6: CALL needs a TIME in ns"):
-        R.load(write_lines(tmp_path / "log.jsonl", log))
+        R.load(write_trace(tmp_path / "log.jsonl", log))
 
 
 def test_a_dtr_log_may_write_every_number_as_a_string(tmp_path):
@@ -472,15 +468,15 @@ def test_a_dtr_log_may_write_every_number_as_a_string(tmp_path):
         if "MUTATE" in r:
             r["MUTATE"] = [str(m) for m in r["MUTATE"]]
         return r
-    strings = write_lines(tmp_path / "strings.jsonl", [as_strings(r) for r in DTR_LOG])
-    numbers = write_lines(tmp_path / "numbers.jsonl", DTR_LOG)
+    strings = write_trace(tmp_path / "strings.jsonl", [as_strings(r) for r in DTR_LOG])
+    numbers = write_trace(tmp_path / "numbers.jsonl", DTR_LOG)
     assert '"ALIAS": "-1"' in strings.read_text() and '"TIME": "100"' in strings.read_text()
     assert list(import_dtr(strings)) == list(import_dtr(numbers))
     a, b = R.unlimited(strings), R.unlimited(numbers)
     assert a["peak_used_bytes"] == b["peak_used_bytes"] == 9216 and a["cost_first"] == 116.0
     with pytest.raises(TraceError, match=r"log.jsonl:2: MEMORY needs an integer byte count, "
                                          r"got '4096.5'"):
-        R.load(write_lines(tmp_path / "log.jsonl", [DTR_LOG[0], {**DTR_LOG[1],
+        R.load(write_trace(tmp_path / "log.jsonl", [DTR_LOG[0], {**DTR_LOG[1],
                                                                  "MEMORY": "4096.5"}]))
 
 
@@ -521,7 +517,7 @@ def test_a_value_of_2_62_bytes_replays_and_more_at_once_is_an_error(tmp_path):
     """The unlimited run's arena was 2**50 bytes: a 2**62-byte output ran out of memory and
     the peak reported was what the run had reached (4,096 bytes)."""
     def trace(name, *sizes):
-        return write_lines(tmp_path / name, [{"op": "constant", "id": 0, "size": 4096}] + [
+        return write_trace(tmp_path / name, [{"op": "constant", "id": 0, "size": 4096}] + [
             {"op": "call", "name": "f", "inputs": [0], "outputs": [{"id": k, "size": size}],
              "cost": 1} for k, size in enumerate(sizes, 1)])
 
@@ -849,7 +845,7 @@ def test_a_dtr_log_with_strings_replays_under_dtr_ideal_with_dtrs_mutate(tmp_pat
     a is recomputed (f), then b (g), which does not fit beside x, the new a and the old a:
     the new a is evicted (2); the old a, unnamed, goes after g (eager 2); then c. Two
     recomputes (f + g = 110), first runs 100 + 1 + 10 + 5 + 20."""
-    path = write_lines(tmp_path / "log.jsonl", DTR_MUTATE_LOG)
+    path = write_trace(tmp_path / "log.jsonl", DTR_MUTATE_LOG)
     assert '"MEMORY": "2048"' in path.read_text() and '"ALIAS": "-1"' in path.read_text()
     result = R.replay(path, budget=6 * 1024, policy="dtr-ideal", check=True)
     assert result["status"] == "ok"
@@ -957,7 +953,7 @@ def test_dtr_ideal_replays_copy_copy_from_and_mutate_as_dtrs_simulator_does(tmp_
 def test_a_call_output_without_a_size_is_zero_bytes(tmp_path):
     """The record check reads a missing output size as 0 (found by the trace fuzzer: the
     compiler read it as a KeyError)."""
-    path = write_lines(tmp_path / "t.jsonl", [
+    path = write_trace(tmp_path / "t.jsonl", [
         {"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 0, "alias": -1}],
          "cost": 1},
         {"op": "release", "id": 0}])
@@ -972,10 +968,10 @@ def test_the_meta_fields_a_replay_reads_are_taken_as_given(tmp_path):
                 "host_budget": 0},
                {"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 1, "size": 8}],
                 "cost": 1}]
-    program = R.load(write_lines(tmp_path / "t.jsonl", records))
+    program = R.load(write_trace(tmp_path / "t.jsonl", records))
     assert R.copy_cost(program) == 0.0
     assert R.host_link(program) == (1.0, 2.5)
-    bare = R.load(write_lines(tmp_path / "u.jsonl", [{"op": "meta", "cost_model": "tpu"},
+    bare = R.load(write_trace(tmp_path / "u.jsonl", [{"op": "meta", "cost_model": "tpu"},
                                                      records[1]]))
     assert R.host_link(bare) == DEVICES["a100-80gb"].host_link
     assert R.copy_cost(bare) == DEVICES["a100-80gb"].copy_ns_per_byte

@@ -6,6 +6,7 @@ from _scripts import load_benchmark
 
 import coop.trace.replay as R
 from coop.cli.main import main as coop_main
+from coop.optim import UPDATE_KERNELS
 
 tier_phases = load_benchmark("tier_phases")
 
@@ -41,7 +42,7 @@ def test_the_phases_add_up_to_the_replay_and_split_the_step_by_its_ops(trace, ca
     assert (total["bytes_d2h"], total["bytes_h2d"]) == (r["bytes_d2h"], r["bytes_h2d"])
     names = _ops(trace)
     first_backward = next(i for i, n in enumerate(names) if n.endswith("_backward"))
-    update = sum(n in tier_phases.UPDATE_OPS for n in names)
+    update = sum(n in UPDATE_KERNELS for n in names)
     assert update > 0 and rows["update"]["ops"] == update
     assert rows["forward"]["ops"] == first_backward
     assert rows["backward"]["ops"] == len(names) - first_backward - update
