@@ -1,7 +1,6 @@
 """Partitioned placement in replays: a CHEAP output takes the highest of the equally small free
 pieces (docs/design.md, Cheap-tensor partitioning), so cheap tensors that die leave holes next
 to each other; exact offsets and outcomes under coop and coop-no-partition."""
-import json
 
 import pytest
 
@@ -9,6 +8,7 @@ import coop.trace.replay as R
 from coop._core import Arena
 from coop.trace._replay import Replayer
 from coop.trace import load
+from _traces import write_trace
 
 UNIT = 512   # the trace's alignment: every value below takes one unit, the stack two
 
@@ -27,8 +27,7 @@ def trace(path):
     records.append({"op": "release", "id": 6})
     records.append({**call, "name": "stack", "inputs": [0, 2, 3, 4, 7, 8],
                     "outputs": [{"id": 9, "size": 2 * UNIT}]})
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
+    return write_trace(path, records)
 
 
 def offsets(path, policy, stop):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from _arena import SEARCH_TIMES
 from _gradcheck import deep_mlp, deep_mlp_loss
+from _traces import write_trace
 
 import coop
 import coop.trace.replay as R
@@ -52,9 +53,7 @@ PIECES = [(0, K, "constant", "", "", ""),
 
 @pytest.fixture
 def trace(tmp_path):
-    path = tmp_path / "small.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    return path
+    return write_trace(tmp_path / "small.jsonl", RECORDS)
 
 
 #: a program in 3.5 KiB where coop's window moves: weights (costly to recompute) sit on a wall
@@ -81,9 +80,7 @@ MOVE_PIECES = [(0, K, "expensive", "", "released", "fill", -1, -1),
 
 @pytest.fixture
 def move_trace(tmp_path):
-    path = tmp_path / "move.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in MOVE_RECORDS))
-    return path
+    return write_trace(tmp_path / "move.jsonl", MOVE_RECORDS)
 
 
 def whole_log(path, budget, policy="coop-no-move"):
@@ -141,8 +138,7 @@ def test_a_failed_kernel_leaves_the_owners_of_later_pieces_as_they_were(tmp_path
     names."""
     failed = {"op": "call", "name": "oops", "inputs": [1], "outputs": [], "cost": 0,
               "cls": "cheap", "failed": True}
-    path = tmp_path / "failed.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS[:3] + [failed] + RECORDS[3:]))
+    path = write_trace(tmp_path / "failed.jsonl", RECORDS[:3] + [failed] + RECORDS[3:])
     tl = timeline.write(path, tmp_path / "t.html", budget=4 * K)
     assert [(p["offset"], p["size"], p["kind"], p["begin"], p["end"], p["op"])
             for p in tl.pieces] == PIECES
