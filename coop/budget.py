@@ -43,10 +43,10 @@ class Budget:
     names the value and lists the forms this entry point accepts.
     """
 
-    def __init__(self, value, of=None, bare="bytes"):
+    def __init__(self, value, of=None, bare="bytes", name="budget"):
         if bare not in ("bytes", "ratio") or (bare == "ratio" and of is None):
             raise ValueError(f"Budget: bare must be 'bytes', or 'ratio' with `of`, got {bare!r}")
-        self.value, self.of, self.bare = value, of, bare
+        self.value, self.of, self.bare, self.name = value, of, bare, name
         self.nbytes = self.share = None
         self.bare_share = False      # a share written as a bare number ("0.5")
         if isinstance(value, str):
@@ -118,16 +118,16 @@ class Budget:
         return value
 
     def _message(self, problem):
-        return f"budget {repr(self.value)[:80]}: {problem}; give {self.forms()}"
+        return f"{self.name} {repr(self.value)[:80]}: {problem}; give {self.forms()}"
 
     def __repr__(self):
         return f"Budget({self.value!r})"
 
 
 def parse_budget(value, total=None, of="the total", limit=ARENA_LIMIT,
-                 limit_name="an arena holds"):
+                 limit_name="an arena holds", name="budget"):
     """Bytes of a budget: an int > 0, a size ("6GiB", "512MB") or, with `total`, a share of
     it ("0.5x", "50%"); at most `limit` bytes. Sizes with a fraction round down to whole
-    bytes; a result of 0 bytes is an error."""
-    budget = Budget(value, of=of if total is not None else None)
+    bytes; a result of 0 bytes is an error, named as `name` in the message."""
+    budget = Budget(value, of=of if total is not None else None, name=name)
     return budget.resolve(total, limit, limit_name)

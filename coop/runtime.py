@@ -47,10 +47,16 @@ class Runtime:
     def __init__(self, backend, policy="coop", cost=None, classifier="type",
                  density_threshold=1.0, seed=0, host_budget=None, lookahead=0):
         record = get_policy(policy)
-        if host_budget is None and record.offload:
-            host_budget = getattr(backend, "host_budget", None)
+        if host_budget is None and getattr(backend, "host_budget", None) is not None:
+            if not record.offload:
+                raise ValueError(
+                    f"this backend has a host_budget ({backend.host_budget:,} bytes), but "
+                    f"policy {record.name!r} has no host tier, so it would go unused: use an "
+                    f"offloading policy (policy='coop-offload'), or make the backend without "
+                    f"host_budget")
+            host_budget = backend.host_budget
         if host_budget is not None:
-            host_budget = parse_budget(host_budget)
+            host_budget = parse_budget(host_budget, name="host_budget")
         if classifier not in ("type", "density"):
             raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
         arena = backend.arena if isinstance(backend, Backend) else None

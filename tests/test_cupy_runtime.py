@@ -133,6 +133,24 @@ def test_an_unknown_device_gets_a_warning_naming_it(driver, name):
     assert rt.cost_model is coop.DEVICES["a100-80gb"]
 
 
+def test_the_pools_host_budget_bounds_an_offloading_runtimes_host_tier(driver):
+    from coop.budget import host_memory_bytes
+    pool = coop.allocator("1MiB", host_budget="2MiB")
+    assert pool.host_budget == 2 << 20 and coop.allocator("1MiB").host_budget is None
+    rt = coop.Runtime(pool, policy="coop-offload", cost="h100")
+    assert rt._engine.offloading and rt._engine.host_budget == 2 << 20
+    assert coop.allocator("1MiB", base=BASE, host_budget="25%").host_budget == \
+        host_memory_bytes() // 4
+    with pytest.raises(ValueError, match=r"policy 'coop' has no host tier, so it would go "
+                                         r"unused: use an offloading policy"):
+        coop.Runtime(coop.allocator("1MiB", host_budget="2MiB"), policy="coop", cost="h100")
+    with pytest.raises(ValueError, match=r"host_budget '-3GB': must be more than 0"):
+        coop.allocator("1MiB", host_budget="-3GB")
+    with pytest.raises(ValueError, match=r"host_budget '200%': [\d,]+ bytes is more than this "
+                                         r"host's memory"):
+        coop.allocator("1MiB", base=BASE, host_budget="200%")
+
+
 def test_h100_is_a_device_with_its_data_sheets_numbers():
     h100 = coop.DEVICES["h100"]
     assert (h100.flops_per_s, h100.bytes_per_s) == (67e12, 3.35e12)

@@ -206,6 +206,28 @@ def test_host_tier_arguments_name_the_fix():
     assert Engine(Arena(4096, 512), "coop", SizeExecutor()).offloading is False
 
 
+def test_a_backends_host_budget_goes_to_an_offloading_runtime_and_is_refused_by_another():
+    backend = coop.numpy_allocator("64KiB", host_budget="2KiB")
+    assert backend.host_budget == 2048
+    assert coop.Runtime(backend, policy="coop-offload")._engine.host_budget == 2048
+    # the runtime's own host_budget wins over the backend's
+    rt = coop.Runtime(coop.numpy_allocator("64KiB", host_budget="2KiB"), policy="coop-offload",
+                      host_budget=4096)
+    assert rt._engine.host_budget == 4096
+    with pytest.raises(ValueError, match=r"this backend has a host_budget \(2,048 bytes\), but "
+                                         r"policy 'coop' has no host tier, so it would go unused: "
+                                         r"use an offloading policy \(policy='coop-offload'\), "
+                                         r"or make the backend without host_budget"):
+        coop.Runtime(backend, policy="coop")
+    assert coop.Runtime(coop.numpy_allocator("64KiB"), policy="coop")._engine.host_budget == -1
+    for bad, problem in (("-1GB", "must be more than 0"), ("lots", "not a budget"),
+                         (1.5, "neither an int nor a string")):
+        with pytest.raises((ValueError, TypeError), match=f"host_budget {bad!r}: {problem}"):
+            coop.numpy_allocator("64KiB", host_budget=bad)
+        with pytest.raises((ValueError, TypeError), match=f"host_budget {bad!r}: {problem}"):
+            coop.Runtime(coop.numpy_allocator("64KiB"), policy="coop-offload", host_budget=bad)
+
+
 # ---- host training with the tier: real copies, bit-identical results ---------------------------
 
 def train_wide(rt, steps=3, read=True):

@@ -53,7 +53,7 @@ from coop._core import EXPENSIVE, Arena
 from coop.backends._cupy_pool import PieceOwner, adopt, serve
 from coop.backends import streams
 from coop.backends.base import Backend
-from coop.budget import Budget
+from coop.budget import Budget, host_memory_bytes, parse_budget
 from coop.errors import HostMemoryError, OutOfMemoryError
 
 __all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "HostCopy", "allocator"]
@@ -265,7 +265,7 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
     xp = cupy
     alignment = ALIGNMENT
 
-    def __init__(self, budget, device=None, base=None):
+    def __init__(self, budget, device=None, base=None, host_budget=None):
         super().__init__()  # CuPy's own per-device pools stay unused; this touches no device
         for name, value in (("device", device), ("base", base)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -288,6 +288,11 @@ class CoopMemoryPool(cupy.cuda.MemoryPool):
                              f"with base= give it in bytes, e.g. '512MiB'")
         self._spec = spec
         self._fixed = None if percent else self._checked(spec.resolve())
+        #: bytes of pinned host memory a runtime's host tier may hold under an offloading
+        #: policy (None: no limit); the runtime takes it unless given its own
+        self.host_budget = None if host_budget is None else parse_budget(
+            host_budget, host_memory_bytes(), of="this host's memory", limit=host_memory_bytes(),
+            limit_name="this host's memory", name="host_budget")
         self._limit = _env_limit()    # CUPY_GPU_MEMORY_LIMIT, read once as CuPy's pools do
         if base is not None and self._limit[1] is not None:
             raise ValueError("coop: CUPY_GPU_MEMORY_LIMIT is a percentage of a device's memory; "
@@ -965,15 +970,17 @@ class EventTimer:
         return self._times[key]
 
 
-def allocator(budget, device=None, base=None):
+def allocator(budget, device=None, base=None, host_budget=None):
     """A pool for ``cupy.cuda.set_allocator``: every CuPy allocation lives within ``budget``.
 
     ``budget``: bytes or a string ("6GiB", "80%" of the memory the device has free);
     ``device``: serve only that device; ``base``: use caller-owned memory at that address (no
-    driver calls), on ``device`` or device 0. Eviction needs a runtime:
-    ``coop.Runtime(pool, policy=...)``.
+    driver calls), on ``device`` or device 0; ``host_budget``: the pinned host memory the host
+    tier of an offloading policy may hold (bytes, "64GiB" or "25%" of this host's memory;
+    None: no limit). Eviction needs a runtime: ``coop.Runtime(pool, policy=...)``
+    (``policy="coop-offload"`` for the host tier).
     """
-    return CoopMemoryPool(budget, device, base)
+    return CoopMemoryPool(budget, device, base, host_budget)
 
 
 Backend.register(CoopMemoryPool)

@@ -22,5 +22,6 @@ def numpy_allocator(budget, alignment=64, host_budget=None):
     backend = HostBackend(parse_budget(budget, memory, of="this host's memory", limit=memory,
                                        limit_name="this host's memory"), alignment)
     if host_budget is not None:
-        backend.host_budget = parse_budget(host_budget, memory, of="this host's memory")
+        backend.host_budget = parse_budget(host_budget, memory, of="this host's memory",
+                                           name="host_budget")
     return backend
