@@ -263,6 +263,13 @@ cdef class ArrayExecutor(Executor):
             result = kernel.fn(*arrays, **attrs) if attrs else kernel.fn(*arrays)
             elapsed = _ns() - start
             if i is not None:
+                if result is not None and not _same_array(result, arrays[i]):
+                    raise TypeError(
+                        f"kernel {kernel.name!r} is in-place (inplace={i}): it must write its "
+                        f"input {i} and return None or that input, but returned "
+                        f"{type(result).__name__ if not isinstance(result, self.ndarray) else 'a new array'}; "
+                        f"write the result into input {i} (out=, [...] =), or drop inplace= "
+                        f"to return a new array")
                 if old is None:
                     out = arrays[i]
             elif type(result) is self.ndarray:
@@ -601,3 +608,20 @@ cdef inline void _put(list items, int i, value):
 def _as_array(xp, value):
     return xp.asarray(value) if isinstance(value, numpy.generic) else value
 
+
+
+def _same_array(result, target):
+    """result is target, or an array over target's very bytes (a view of it as it is: same
+    address, shape, strides and dtype), as an in-place kernel may return what it wrote."""
+    if result is target:
+        return True
+    try:
+        return (result.shape == target.shape and result.dtype == target.dtype
+                and result.strides == target.strides and _address(result) == _address(target))
+    except AttributeError:
+        return False
+
+
+def _address(array):
+    data = array.data
+    return data.ptr if hasattr(data, "ptr") else array.__array_interface__["data"][0]

@@ -46,6 +46,9 @@ class Kernel:
         self.random = bool(random)
         if inplace is not None and (isinstance(inplace, bool) or not isinstance(inplace, int)):
             raise TypeError(f"inplace must be the index of the mutated input, got {inplace!r}")
+        if inplace is not None and inplace < 0:
+            raise ValueError(f"inplace must be the index of the mutated input, 0 or more, got "
+                             f"{inplace}")
         self.inplace = inplace
         self.views = views
         self.flops = flops

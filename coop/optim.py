@@ -13,6 +13,7 @@ from coop import ops
 from coop.kernel import Kernel
 from coop.nn.module import make_buffer
 from coop.ops._common import as_array, elementwise_flops, into
+from coop.tensor import Tensor
 
 
 def _sgd(p, d, lr):
@@ -87,17 +88,40 @@ UPDATE_KERNELS = frozenset(k.name for k in (SGD_STEP, MOMENTUM, APPLY, SCALE, EM
                                             ADAMW))
 
 
+def _hyper(name, value, below_one=False):
+    """A hyperparameter as a float: a finite real number >= 0 (below 1 with below_one), or a
+    ValueError naming it, as the update would otherwise fail midway or train on NaN."""
+    bound = "in [0, 1)" if below_one else "a finite number >= 0"
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {bound}, got {value!r}") from None
+    if not (math.isfinite(number) and number >= 0.0 and (number < 1.0 or not below_one)):
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+    return number
+
+
 class Optimizer:
     """Parameters (leaf Tensors of one runtime) and their per-parameter state tensors."""
 
     def __init__(self, params, lr):
+        if isinstance(params, Tensor):
+            raise TypeError("optimizer params must be an iterable of Tensors, got one Tensor; "
+                            "pass [tensor] or model.parameters()")
         self.params = list(params)
         if not self.params:
             raise ValueError("optimizer got an empty parameter list")
+        for i, p in enumerate(self.params):
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer params must be coop Tensors, got "
+                                f"{type(p).__name__} at {i}; pass model.parameters() or "
+                                f"Tensors made by a runtime")
         self.runtime = self.params[0].runtime
         if any(p.runtime is not self.runtime for p in self.params):
             raise ValueError("optimizer parameters belong to different runtimes")
-        self.lr = float(lr)
+        self.lr = _hyper("lr", lr)
 
     def _zeros(self, p):
         """State for p: a zero constant of its shape and dtype (a spec in simulation)."""
@@ -148,7 +172,8 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
         super().__init__(params, lr)
-        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
+        self.momentum = _hyper("momentum", momentum)
+        self.weight_decay = _hyper("weight_decay", weight_decay)
         self.buffers = [self._zeros(p) for p in self.params] if momentum else None
 
     def _update(self, apply, i, p, g):
@@ -167,8 +192,12 @@ class AdamW(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         super().__init__(params, lr)
-        self.betas = (float(betas[0]), float(betas[1]))
-        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
+            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+        self.betas = (_hyper("betas[0]", betas[0], below_one=True),
+                      _hyper("betas[1]", betas[1], below_one=True))
+        self.eps = _hyper("eps", eps)
+        self.weight_decay = _hyper("weight_decay", weight_decay)
         self.m = [self._zeros(p) for p in self.params]
         self.v = [self._zeros(p) for p in self.params]
         self.counts = [0] * len(self.params)   # per parameter: the steps it took (bias correction)

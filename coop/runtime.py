@@ -7,6 +7,7 @@ Python does what only Python can (call the kernel, find where its outputs landed
 Tensors); every residency rule is the engine's, the same that replays traces.
 """
 import collections
+import math
 import contextvars
 import threading
 import warnings
@@ -59,6 +60,21 @@ class Runtime:
             host_budget = parse_budget(host_budget, name="host_budget")
         if classifier not in ("type", "density"):
             raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
+        if isinstance(density_threshold, (bool, str, bytes)) or not isinstance(
+                density_threshold, (int, float, numpy.integer, numpy.floating)) \
+                or not math.isfinite(density_threshold) or density_threshold < 0:
+            raise ValueError(f"density_threshold must be a finite number of ns per byte >= 0, "
+                             f"got {density_threshold!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, numpy.integer)) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        if isinstance(lookahead, bool) or not isinstance(lookahead, (int, numpy.integer)) \
+                or not 0 <= lookahead <= 1 << 30:
+            raise ValueError(f"lookahead must be a number of ops in [0, 2**30], got "
+                             f"{lookahead!r}")
+        if lookahead and not record.offload:
+            raise ValueError(f"policy {record.name!r} has no host tier, so lookahead="
+                             f"{lookahead} would go unused: use an offloading policy "
+                             f"(policy='coop-offload'), or leave lookahead out")
         arena = backend.arena if isinstance(backend, Backend) else None
         if arena is None:
             raise TypeError(f"a coop.Runtime needs a coop backend (coop.numpy_allocator, "
@@ -228,7 +244,8 @@ class Runtime:
         """Run kernel on Tensors: the engine pins and rematerializes the inputs, the kernel
         runs, the engine records the op and its outputs.
 
-        Returns a Tensor, or a tuple of Tensors when the kernel returns a tuple.
+        Returns a Tensor when the kernel returns one array (or a tuple of one), a tuple of
+        Tensors when it returns a tuple of two or more.
         """
         try:
             with self._lock:
@@ -250,6 +267,11 @@ class Runtime:
         if self._timer is not None:
             kernel = self._timer.kernel(kernel)
         views, sids = gather(self, kernel, inputs)
+        if kernel.inplace is not None and kernel.inplace >= len(views):
+            raise ValueError(f"kernel {kernel.name!r} mutates its input {kernel.inplace} "
+                             f"(inplace={kernel.inplace}) but was given {len(views)} input"
+                             f"{'' if len(views) == 1 else 's'}; pass the array it writes as "
+                             f"that input, or fix inplace=")
         seed = None
         if kernel.random:
             # the op's 64-bit Philox key: a hash of (runtime seed, random op number)
@@ -386,10 +408,22 @@ class Runtime:
     def evict(self, *tensors):
         """Evict the tensors' (or storage ids') storages now, where the policy could
         (recomputable, unpinned, not held by a user's array): for experiments and tests."""
+        sids = []
+        for k, t in enumerate(tensors):
+            if isinstance(t, Tensor):
+                if t.runtime is not self:
+                    raise ValueError(f"evict: tensor {k} belongs to another coop.Runtime; "
+                                     f"evict it through its own runtime")
+                sids.append(t._view.sid)
+            elif isinstance(t, bool) or not hasattr(t, "__index__"):
+                raise TypeError(f"evict takes coop Tensors or storage ids (ints), got "
+                                f"{type(t).__name__} at {k}")
+            else:
+                sids.append(t.__index__())
         with self._lock:
             self._check_owner()
-            for t in tensors:
-                self._engine.evict_now(t._view.sid if isinstance(t, Tensor) else t)
+            for sid in sids:
+                self._engine.evict_now(sid)
 
     def pinned(self):
         """{storage id: pins} of the storages pinned now (empty between ops)."""
@@ -406,6 +440,9 @@ class Runtime:
 class _Recording:
     def __init__(self, runtime, path):
         from coop.trace import TraceWriter
+        if runtime.trace is not None:
+            raise ValueError("this runtime is recording a trace already (Runtime.record or "
+                             "Runtime.timeline): one recording at a time; end that one first")
         self.runtime = runtime
         meta = {"alignment": runtime.arena.alignment, "policy": runtime.policy,
                 "budget": runtime.arena.capacity}

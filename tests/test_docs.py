@@ -199,3 +199,18 @@ def test_the_docstring_hook_names_each_undocumented_public_name(monkeypatch):
         setattr(module, value.__name__, value)
     assert sorted(hook._undocumented(module)) == ["fake.Base", "fake.Child.bare",
                                                   "fake.undocumented"]
+
+
+def test_the_readmes_runtime_example_prints_what_the_readme_says(tmp_path):
+    """The README's "The runtime and kernels" block, run as written (modelled costs, so its
+    figures repeat), prints the line the text after it quotes."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### The runtime and kernels", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    quoted = re.search(r"It prints `([^`]*)`", section).group(1)
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == quoted

@@ -324,6 +324,34 @@ def test_state_dict_round_trip_copies_in_place():
         dst.load_state_dict(state)
 
 
+def test_sequential_refuses_what_is_not_a_module():
+    rt = host_runtime()
+    for bad, name in ((lambda x: x * 100, "function"), (3, "int")):
+        with pytest.raises(TypeError, match=f"Sequential takes coop.nn Modules, got {name} at 1"):
+            nn.Sequential(nn.Linear(rt, 4, 4, rng=0), bad)
+    assert len(nn.Sequential(nn.Linear(rt, 4, 4, rng=0), nn.Linear(rt, 4, 2, rng=1))) == 2
+
+
+def test_a_refused_state_dict_changes_nothing_and_tensors_load_too():
+    rt = host_runtime()
+    m, other = nn.Linear(rt, 2, 3, rng=0), nn.Linear(rt, 2, 3, rng=1)
+    before = m.state_dict()
+    bad_shape = {"weight": np.full((2, 3), 7, np.float32), "bias": np.zeros(4, np.float32)}
+    bad_dtype = {"weight": np.full((2, 3), 7, np.float32), "bias": np.array(["a", "b", "c"])}
+    for state, message in ((bad_shape, r"bias has shape \(3,\), got \(4,\)"),
+                           (bad_dtype, r"bias has dtype float32, got <U1, which does not convert "
+                                       r"to it; give float32 values")):
+        with pytest.raises(ValueError, match="load_state_dict: " + message):
+            m.load_state_dict(state)
+        for k, v in m.state_dict().items():     # the weight was not written before the refusal
+            np.testing.assert_array_equal(v, before[k])
+    # another module's Tensors load as their values
+    m.load_state_dict({"weight": other.weight, "bias": other.bias})
+    for k, v in m.state_dict().items():
+        np.testing.assert_array_equal(v, other.state_dict()[k])
+    rt.arena.check()
+
+
 def test_initialization_is_seeded_and_the_active_runtime_is_picked_up():
     rt = host_runtime()
     a, b, c = (nn.CausalSelfAttention(rt, 8, 2, rng=seed) for seed in (5, 5, 6))

@@ -121,6 +121,36 @@ def test_optimizer_arguments_are_checked():
         optim.SGD([params[0], other], lr=0.1)
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda ps: optim.SGD(ps, lr=-1.0), r"lr must be a finite number >= 0, got -1.0"),
+    (lambda ps: optim.SGD(ps, lr=float("nan")), r"lr must be a finite number >= 0, got nan"),
+    (lambda ps: optim.SGD(ps, lr="abc"), r"lr must be a finite number >= 0, got 'abc'"),
+    (lambda ps: optim.SGD(ps, lr=0.1, momentum=-0.5), r"momentum must be a finite number >= 0"),
+    (lambda ps: optim.SGD(ps, lr=0.1, weight_decay=float("inf")), r"weight_decay must be a "),
+    (lambda ps: optim.AdamW(ps, betas=(0.9, 1.5)), r"betas\[1\] must be in \[0, 1\), got 1.5"),
+    (lambda ps: optim.AdamW(ps, betas=(1.0, 1.0)), r"betas\[0\] must be in \[0, 1\), got 1.0"),
+    (lambda ps: optim.AdamW(ps, betas=0.9), r"betas must be two numbers in \[0, 1\), got 0.9"),
+    (lambda ps: optim.AdamW(ps, eps=-1), r"eps must be a finite number >= 0, got -1"),
+])
+def test_bad_hyperparameters_are_refused_before_any_state_is_made(make, message):
+    rt, params, _ = setup()
+    before = rt.stats()["ops"], len(rt.storages())
+    with pytest.raises(ValueError, match=message):
+        make(params)
+    assert (rt.stats()["ops"], len(rt.storages())) == before
+
+
+def test_params_must_be_an_iterable_of_tensors():
+    rt, params, _ = setup()
+    with pytest.raises(TypeError, match=r"optimizer params must be an iterable of Tensors, got "
+                                        r"one Tensor; pass \[tensor\] or model.parameters\(\)"):
+        optim.SGD(params[0], lr=0.1)
+    for bad, name in ((np.ones(2), "ndarray"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=f"optimizer params must be coop Tensors, got {name} "
+                                            f"at 1"):
+            optim.AdamW([params[0], bad])
+
+
 def test_clip_grad_norm_scales_the_gradients_to_the_norm_in_place():
     rt, params, grads = setup()
     for p, g in zip(params, grads[0]):

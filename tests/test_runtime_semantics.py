@@ -322,6 +322,65 @@ def test_a_bad_kernel_raises_and_corrupts_nothing(rt, name):
     assert rt.stats()["held"] == 0
 
 
+def test_an_in_place_kernel_given_too_few_inputs_is_refused_and_the_runtime_goes_on(rt):
+    x = rt.tensor(np.arange(8.0))
+    before = state(rt)
+    inc = coop.Kernel(lambda a, b=None: a.__iadd__(1), name="inc_", inplace=1)
+    with pytest.raises(ValueError, match=r"kernel 'inc_' mutates its input 1 \(inplace=1\) but "
+                                         r"was given 1 input; pass the array it writes as that "
+                                         r"input, or fix inplace="):
+        rt.apply(inc, x)
+    assert state(rt) == before and pins(rt, x) == [0]
+    # no op was left running: the next one runs
+    assert np.array_equal(rt.apply(ADDC, x, c=1.0).numpy(), np.arange(8.0) + 1)
+    rt.arena.check()
+    with pytest.raises(ValueError, match="inplace must be the index of the mutated input, 0 or "
+                                         "more, got -1"):
+        coop.Kernel(lambda a: None, inplace=-1)
+
+
+def _assign_view(a):
+    a[...] = 7.0
+    return a[...]          # a view over the very bytes it wrote: accepted
+
+
+def test_an_in_place_kernel_must_return_nothing_or_its_input(rt):
+    x = rt.apply(ADDC, rt.tensor(np.arange(8.0)), c=0.0)
+    scaled = coop.Kernel(lambda a: a * 5, name="scale_", inplace=0)
+    with pytest.raises(TypeError, match=r"kernel 'scale_' is in-place \(inplace=0\): it must "
+                                        r"write its input 0 and return None or that input, but "
+                                        r"returned a new array; write the result into input 0"):
+        rt.apply(scaled, x)
+    assert np.array_equal(x.numpy(), np.arange(8.0))        # it wrote nothing: x is intact
+    with pytest.raises(TypeError, match=r"returned float; write the result into input 0"):
+        rt.apply(coop.Kernel(lambda a: 2.0, name="two_", inplace=0), x)
+    rt.arena.check()
+    for fn in (lambda a: a.__imul__(2.0), lambda a: None, _assign_view):
+        y = rt.apply(ADDC, rt.tensor(np.ones(4)), c=1.0)
+        assert rt.apply(coop.Kernel(fn, name="ok_", inplace=0), y) is not None
+    assert np.array_equal(y.numpy(), np.full(4, 7.0))
+    evict(rt, y)                                # the recompute runs the same check and passes
+    assert np.array_equal(y.numpy(), np.full(4, 7.0))
+    rt.arena.check()
+
+
+def test_evict_refuses_another_runtimes_tensor_and_a_non_integer_id(rt, make_rt):
+    other = make_rt()
+    mine = rt.apply(ADDC, rt.tensor(np.ones(3)), c=1.0)
+    theirs = other.apply(ADDC, other.tensor(np.ones(3)), c=1.0)
+    assert mine.storage.sid == theirs.storage.sid       # the same id in each runtime
+    with pytest.raises(ValueError, match="evict: tensor 1 belongs to another coop.Runtime; "
+                                         "evict it through its own runtime"):
+        rt.evict(mine, theirs)
+    with pytest.raises(TypeError, match="evict takes coop Tensors or storage ids \\(ints\\), "
+                                        "got float at 0"):
+        rt.evict(3.5)
+    assert mine.storage.resident and theirs.storage.resident    # nothing evicted
+    rt.evict(mine.storage.sid)
+    assert not mine.storage.resident and theirs.storage.resident
+    rt.arena.check()
+
+
 def test_foreign_and_non_tensor_inputs_are_refused(rt, make_rt):
     other = make_rt()
     foreign = other.tensor(np.ones(3))
@@ -334,6 +393,26 @@ def test_foreign_and_non_tensor_inputs_are_refused(rt, make_rt):
         coop.apply(MUL, np.ones(3), np.ones(3))
     assert rt.pinned() == {} and rt.stats()["ops"] == 0
     rt.arena.check()
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(classifier="density", density_threshold="a"), r"density_threshold must be a finite "
+                                                        r"number of ns per byte >= 0, got 'a'"),
+    (dict(density_threshold=-1.0), r"density_threshold must be .* got -1.0"),
+    (dict(density_threshold=float("nan")), r"density_threshold must be .* got nan"),
+    (dict(seed="x"), r"seed must be an int >= 0, got 'x'"),
+    (dict(seed=-1), r"seed must be an int >= 0, got -1"),
+    (dict(seed=1.5), r"seed must be an int >= 0, got 1.5"),
+    (dict(seed=None), r"seed must be an int >= 0, got None"),
+    (dict(policy="coop-offload", lookahead=1.5), r"lookahead must be a number of ops in "
+                                                 r"\[0, 2\*\*30\], got 1.5"),
+    (dict(policy="coop-offload", lookahead=-1), r"lookahead must be .* got -1"),
+    (dict(policy="coop", lookahead=8), r"policy 'coop' has no host tier, so lookahead=8 would "
+                                       r"go unused: use an offloading policy"),
+])
+def test_runtime_arguments_are_checked_when_it_is_made(options, message):
+    with pytest.raises(ValueError, match=message):
+        coop.Runtime(coop.numpy_allocator("1MiB"), **options)
 
 
 def test_bad_policy_names_are_refused(make_rt):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from _arena import SEARCH_TIMES
 from _gradcheck import deep_mlp, deep_mlp_loss
+from _graphs import ADDC
 from _traces import write_trace
 
 import coop
@@ -314,6 +315,29 @@ def test_a_runtime_that_records_already_cannot_draw(tmp_path, rt):
         with pytest.raises(ValueError, match="recording a trace already"):
             with rt.timeline(tmp_path / "t.html"):
                 pass
+
+
+def test_a_recording_inside_another_is_refused_and_the_outer_one_goes_on(tmp_path, rt):
+    x = rt.tensor(np.ones(64))
+    outer = tmp_path / "outer.jsonl"
+    with rt.record(outer):
+        rt.apply(ADDC, x, c=1.0)
+        with pytest.raises(ValueError, match=r"this runtime is recording a trace already "
+                                             r"\(Runtime.record or Runtime.timeline\): one "
+                                             r"recording at a time; end that one first"):
+            rt.record(tmp_path / "inner.jsonl")
+        with pytest.raises(ValueError, match="recording a trace already: draw that trace"):
+            with rt.timeline(tmp_path / "inner.html"):
+                pass
+        rt.apply(ADDC, x, c=2.0)
+    assert not (tmp_path / "inner.jsonl").exists()
+    calls = [r for r in map(json.loads, outer.read_text().splitlines()) if r["op"] == "call"]
+    assert [r["name"] for r in calls] == ["add_scalar", "add_scalar"]   # both ops recorded
+    with rt.timeline(tmp_path / "t.html"):
+        with pytest.raises(ValueError, match="recording a trace already"):
+            rt.record(tmp_path / "inner.jsonl")
+        rt.apply(ADDC, x, c=3.0)
+    assert (tmp_path / "t.html").exists()
 
 
 def test_coop_replay_writes_one_timeline_per_policy(trace, tmp_path, capsys):

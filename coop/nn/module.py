@@ -203,17 +203,28 @@ class Module:
 
     def load_state_dict(self, state):
         """Copy state's arrays into the parameters and buffers, in place (same storages, so
-        optimizers keep working). Keys and shapes must match exactly."""
+        optimizers keep working). Keys and shapes must match exactly, and each value must
+        convert to its tensor's dtype: all are checked before anything is copied, so a refused
+        state changes nothing. Values are arrays, or coop Tensors (of any runtime)."""
         tensors = self._state_tensors()
         missing, unexpected = tensors.keys() - state.keys(), state.keys() - tensors.keys()
         if missing or unexpected:
             raise KeyError(f"load_state_dict: missing {sorted(missing)}, unexpected "
                            f"{sorted(unexpected)}")
+        values = {}
         for name, t in tensors.items():
-            value = numpy.asarray(state[name])
+            value = state[name]
+            value = value.numpy() if isinstance(value, Tensor) else numpy.asarray(value)
             if value.shape != t.shape:
                 raise ValueError(f"load_state_dict: {name} has shape {t.shape}, got {value.shape}")
-            t.runtime.apply(ASSIGN, t, t.runtime.tensor(value, dtype=t.dtype))
+            try:
+                values[name] = value.astype(t.dtype, casting="same_kind", copy=False)
+            except (TypeError, ValueError):
+                raise ValueError(f"load_state_dict: {name} has dtype {t.dtype}, got "
+                                 f"{value.dtype}, which does not convert to it; give "
+                                 f"{t.dtype} values") from None
+        for name, t in tensors.items():
+            t.runtime.apply(ASSIGN, t, t.runtime.tensor(values[name], dtype=t.dtype))
 
     def extra_repr(self):
         """The module's settings inside its repr's parentheses (e.g. "64, 128")."""
@@ -233,6 +244,9 @@ class Sequential(Module):
     def __init__(self, *modules):
         super().__init__()
         for i, module in enumerate(modules):
+            if not isinstance(module, Module):
+                raise TypeError(f"Sequential takes coop.nn Modules, got {type(module).__name__} "
+                                f"at {i}; wrap a function in a Module (its forward)")
             setattr(self, str(i), module)
 
     def __len__(self):
