@@ -9,6 +9,8 @@ learning-rate schedule, so training runs converge from any seed.
 """
 import math
 
+import numpy
+
 from coop import ops
 from coop.kernel import Kernel
 from coop.nn.module import make_buffer
@@ -218,8 +220,10 @@ def clip_grad_norm(params, max_norm):
 
     The norm is computed by coop ops and the scaling is an in-place kernel, so both run under
     the runtime's budget like any other op."""
-    if not max_norm > 0:
-        raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm!r}")
+    if isinstance(max_norm, (bool, str, bytes)) or not isinstance(
+            max_norm, (int, float, numpy.integer, numpy.floating)) or not max_norm > 0:
+        raise ValueError(f"clip_grad_norm: max_norm must be a number > 0 (inf: no clipping), "
+                         f"got {max_norm!r}")
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0

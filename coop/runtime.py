@@ -200,6 +200,9 @@ class Runtime:
     def tensor(self, data, dtype=None, requires_grad=False):
         """A constant (never evicted) holding a copy of data, in the arena; with
         requires_grad, a leaf of the autograd graph (backward fills its ``.grad``)."""
+        if isinstance(data, Tensor):
+            raise TypeError("Runtime.tensor takes array data, and this is a coop.Tensor already: "
+                            "use it as it is, or tensor.numpy() for a copy of its values")
         with self._lock:
             self._check_owner()
             view, nbytes = self._executor.constant(self, data, dtype)

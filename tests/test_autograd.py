@@ -92,10 +92,23 @@ def test_backward_of_a_leaf_stores_the_given_gradient():
     np.testing.assert_array_equal(x.grad.numpy(), [4.0, 5.0])
 
 
+def test_backward_takes_an_array_as_its_gradient():
+    rt = host_runtime()
+    x = rt.tensor(np.arange(3.0), requires_grad=True)
+    (x * 2.0).backward(np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda rt, x: (x * 2.0).backward(), RuntimeError, "one-element tensor"),
     (lambda rt, x: rt.tensor(np.ones(1)).backward(), RuntimeError, "does not require grad"),
     (lambda rt, x: x.sum().backward(rt.tensor(np.ones(2))), ValueError, "gradient of shape"),
+    (lambda rt, x: (x * 2.0).backward(np.ones(4)), ValueError,
+     r"gradient of shape \(4,\) for a tensor of shape \(3,\)"),
+    (lambda rt, x: (x * 2.0).backward(host_runtime().tensor(np.ones(3))), ValueError,
+     "the gradient belongs to another coop.Runtime than the tensor"),
+    (lambda rt, x: rt.tensor(x), TypeError, "Runtime.tensor takes array data, and this is a "
+                                            "coop.Tensor already"),
 ])
 def test_backward_errors(call, error, message):
     rt = host_runtime()

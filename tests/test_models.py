@@ -43,6 +43,16 @@ def test_gpt_parameter_count_at_any_size():
     assert untied.num_parameters() == gpt.num_parameters() + d * vocab
 
 
+def test_gpt_refuses_token_ids_that_are_not_batch_by_time():
+    rt = host_runtime()
+    gpt = models.GPT(rt, 11, 6, 1, 2, 8)
+    ids = np.arange(5) % 11
+    with pytest.raises(ValueError, match=r"GPT takes token ids of shape \(batch, time\), got "
+                                         r"shape \(5,\); for one sequence pass ids\[None\]"):
+        gpt.loss(ids, ids)
+    assert gpt(ids[None]).shape == (1, 5, 11)
+
+
 @pytest.mark.parametrize("name", ["resnet50", "gpt2"])
 def test_full_size_models_run_forward_and_backward_in_simulation(name):
     rt = sim_runtime()

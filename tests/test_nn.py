@@ -324,6 +324,33 @@ def test_state_dict_round_trip_copies_in_place():
         dst.load_state_dict(state)
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda rt: nn.Linear(rt, 0, 3), r"Linear: in_features must be an int >= 1, got 0"),
+    (lambda rt: nn.Linear(rt, 2, -1), r"Linear: out_features must be an int >= 1, got -1"),
+    (lambda rt: nn.Linear(rt, 2.5, 3), r"Linear: in_features must be an int >= 1, got 2.5"),
+    (lambda rt: nn.Embedding(rt, 10, 0), r"Embedding: embedding_dim must be an int >= 1"),
+    (lambda rt: nn.LayerNorm(rt, (4, 0)), r"LayerNorm: shape\[1\] must be an int >= 1, got 0"),
+    (lambda rt: nn.BatchNorm2d(rt, 0), r"BatchNorm2d: channels must be an int >= 1, got 0"),
+    (lambda rt: nn.Conv2d(rt, 3, 4, 3, stride=0), r"Conv2d: stride must be an int >= 1, got 0"),
+    (lambda rt: nn.Conv2d(rt, 3, 4, 0), r"Conv2d: kernel_size must be an int >= 1, got 0"),
+    (lambda rt: nn.ConvTranspose2d(rt, 3, 4, 3, padding=-1),
+     r"ConvTranspose2d: padding must be an int >= 0, got -1"),
+    (lambda rt: nn.MaxPool2d(2, stride=0), r"MaxPool2d: stride must be an int >= 1, got 0"),
+    (lambda rt: nn.LSTM(rt, 0, 4), r"LSTM: input_size must be an int >= 1, got 0"),
+    (lambda rt: nn.Dropout("a"), r"Dropout: p must be a probability in \[0, 1\), got 'a'"),
+    (lambda rt: nn.Dropout(1.0), r"Dropout: p must be a probability in \[0, 1\), got 1.0"),
+])
+def test_layer_sizes_are_checked_when_a_layer_is_made(make, message):
+    rt = host_runtime()
+    before = len(rt.storages())
+    with pytest.raises(ValueError, match=message):
+        make(rt)
+    assert len(rt.storages()) == before       # no parameter was made
+    with pytest.raises(TypeError, match=r"coop.nn layers take a coop.Runtime first \(None: the "
+                                        r"active one\), got str"):
+        nn.Linear("x", 4, 3)
+
+
 def test_sequential_refuses_what_is_not_a_module():
     rt = host_runtime()
     for bad, name in ((lambda x: x * 100, "function"), (3, "int")):

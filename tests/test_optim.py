@@ -1,6 +1,8 @@
 """coop.optim: SGD (plain, weight decay, momentum) and AdamW against hand-written NumPy
 updates (float64, to 1e-12), in-place updates through the recomputable in-place path
 (storages kept, old values still recomputable), zero_grad, and optimizer state as constants."""
+import re
+
 import numpy as np
 import pytest
 from _gradcheck import host_runtime
@@ -163,8 +165,11 @@ def test_clip_grad_norm_scales_the_gradients_to_the_norm_in_place():
     assert optim.clip_grad_norm(params, 5.0) == pytest.approx(1.0, rel=1e-6)   # under: kept
     for c, p in zip(clipped, params):
         np.testing.assert_array_equal(p.grad.numpy(), c)
-    with pytest.raises(ValueError, match="max_norm must be > 0, got 0"):
-        optim.clip_grad_norm(params, 0)
+    for bad in (0, -1.0, float("nan"), "1", None):
+        with pytest.raises(ValueError, match=r"clip_grad_norm: max_norm must be a number > 0 "
+                                             r"\(inf: no clipping\), got " + re.escape(repr(bad))):
+            optim.clip_grad_norm(params, bad)
+    assert optim.clip_grad_norm(params, float("inf")) == pytest.approx(1.0, rel=1e-6)
 
 
 def test_warmup_cosine_rises_then_decays_to_its_floor():

@@ -7,6 +7,7 @@ Layer: above the ops (it sums gradients with them); below coop.nn and coop.optim
 """
 from coop import ops
 from coop.autograd.tape import Node, no_grad
+from coop.tensor import Tensor
 
 
 def backward(root, grad=None, retain_graph=False, on_grad=None):
@@ -32,8 +33,17 @@ def backward(root, grad=None, retain_graph=False, on_grad=None):
                 raise RuntimeError(f"backward() without a gradient needs a one-element tensor, "
                                    f"got shape {root.shape}; pass grad=")
             grad = ops.ones_like(root)
-        elif grad.shape != root.shape:
-            raise ValueError(f"gradient of shape {grad.shape} for a tensor of shape {root.shape}")
+        else:
+            if not isinstance(grad, Tensor):
+                # an array (or a number): a constant of root's runtime, as a kernel's result
+                grad = root.runtime.tensor(root.runtime.xp.asarray(grad, dtype=root.dtype)
+                                           if root.runtime.xp is not None else grad)
+            elif grad.runtime is not root.runtime:
+                raise ValueError("backward(): the gradient belongs to another coop.Runtime than "
+                                 "the tensor; make it with the tensor's runtime")
+            if grad.shape != root.shape:
+                raise ValueError(f"gradient of shape {grad.shape} for a tensor of shape "
+                                 f"{root.shape}")
         if root.grad_fn is None:
             _accumulate(root, grad)
             if on_grad is not None:

@@ -39,6 +39,9 @@ class GPT(Module):
 
     def forward(self, idx):
         idx = as_tensor(self.wte.weight.runtime, idx, self.wte.num_embeddings, "token ids")
+        if len(idx.shape) != 2:
+            raise ValueError(f"GPT takes token ids of shape (batch, time), got shape "
+                             f"{tuple(idx.shape)}; for one sequence pass ids[None]")
         length = idx.shape[1]
         if length > self.block_size:
             raise ValueError(f"sequence of {length} tokens, block size is {self.block_size}")

@@ -14,6 +14,8 @@ from coop import ops
 from coop.nn.module import (
     Module,
     as_tensor,
+    check_probability,
+    check_sizes,
     constant,
     generator,
     make_buffer,
@@ -30,6 +32,7 @@ class Linear(Module):
     def __init__(self, rt, in_features, out_features, bias=True, rng=None, dtype=numpy.float32,
                  init_std=None):
         super().__init__()
+        check_sizes("Linear", in_features=in_features, out_features=out_features)
         rt, rng = runtime_of(rt), generator(rng)
         self.in_features, self.out_features = in_features, out_features
         draw = uniform(rng, 1.0 / math.sqrt(in_features)) if init_std is None \
@@ -52,6 +55,7 @@ class Embedding(Module):
     def __init__(self, rt, num_embeddings, embedding_dim, rng=None, dtype=numpy.float32,
                  init_std=1.0):
         super().__init__()
+        check_sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = make_parameter(rt, (num_embeddings, embedding_dim), dtype,
                                      normal(generator(rng), init_std))
@@ -69,7 +73,8 @@ class LayerNorm(Module):
 
     def __init__(self, rt, shape, eps=1e-5, dtype=numpy.float32):
         super().__init__()
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        shape = (shape,) if isinstance(shape, (int, numpy.integer)) else tuple(shape)
+        check_sizes("LayerNorm", **{f"shape[{i}]": d for i, d in enumerate(shape)})
         self.eps = eps
         self.weight = make_parameter(rt, shape, dtype, constant(1.0))
         self.bias = make_parameter(rt, shape, dtype, constant(0.0))
@@ -87,6 +92,7 @@ class BatchNorm2d(Module):
 
     def __init__(self, rt, channels, momentum=0.1, eps=1e-5, dtype=numpy.float32):
         super().__init__()
+        check_sizes("BatchNorm2d", channels=channels)
         self.momentum, self.eps = momentum, eps
         self.weight = make_parameter(rt, (channels,), dtype, constant(1.0))
         self.bias = make_parameter(rt, (channels,), dtype, constant(0.0))
@@ -99,6 +105,12 @@ class BatchNorm2d(Module):
 
     def extra_repr(self):
         return f"{self.weight.shape[0]}"
+
+
+def _check_conv(owner, in_channels, out_channels, kernel_size, stride, padding):
+    check_sizes(owner, in_channels=in_channels, out_channels=out_channels,
+                kernel_size=kernel_size, stride=stride)
+    check_sizes(owner, minimum=0, padding=padding)
 
 
 class _Conv(Module):
@@ -120,6 +132,7 @@ class Conv2d(_Conv):
 
     def __init__(self, rt, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  bias=True, rng=None, dtype=numpy.float32):
+        _check_conv(type(self).__name__, in_channels, out_channels, kernel_size, stride, padding)
         k = kernel_size
         super().__init__(rt, (out_channels, in_channels, k, k), in_channels * k * k,
                          out_channels, stride, padding, bias, rng, dtype)
@@ -138,6 +151,7 @@ class ConvTranspose2d(_Conv):
 
     def __init__(self, rt, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  bias=True, rng=None, dtype=numpy.float32):
+        _check_conv(type(self).__name__, in_channels, out_channels, kernel_size, stride, padding)
         k = kernel_size
         super().__init__(rt, (in_channels, out_channels, k, k), out_channels * k * k,
                          out_channels, stride, padding, bias, rng, dtype)
@@ -156,6 +170,11 @@ class _Pool2d(Module):
 
     def __init__(self, k, stride=None, padding=0):
         super().__init__()
+        owner = type(self).__name__
+        check_sizes(owner, k=k)
+        if stride is not None:
+            check_sizes(owner, stride=stride)
+        check_sizes(owner, minimum=0, padding=padding)
         self.k, self.stride, self.padding = k, stride, padding
 
     def extra_repr(self):
@@ -195,6 +214,7 @@ class Dropout(Module):
 
     def __init__(self, p=0.5):
         super().__init__()
+        check_probability("Dropout", p)
         self.p = p
 
     def forward(self, x):

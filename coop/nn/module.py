@@ -17,7 +17,27 @@ from coop.tensor import Tensor
 
 def runtime_of(rt):
     """rt itself, or the active runtime when rt is None."""
-    return get_runtime() if rt is None else rt
+    if rt is None:
+        return get_runtime()
+    if not hasattr(rt, "apply") or not hasattr(rt, "tensor"):
+        raise TypeError(f"coop.nn layers take a coop.Runtime first (None: the active one), got "
+                        f"{type(rt).__name__}; make one with coop.Runtime(backend)")
+    return rt
+
+
+def check_sizes(owner, minimum=1, **sizes):
+    """Each of sizes an int >= minimum, else a ValueError naming owner, the size and value."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) \
+                or value < minimum:
+            raise ValueError(f"{owner}: {name} must be an int >= {minimum}, got {value!r}")
+
+
+def check_probability(owner, p):
+    """p a number in [0, 1), else a ValueError naming owner."""
+    if isinstance(p, bool) or not isinstance(p, (int, float, numpy.integer, numpy.floating)) \
+            or not 0.0 <= p < 1.0:
+        raise ValueError(f"{owner}: p must be a probability in [0, 1), got {p!r}")
 
 
 def as_tensor(rt, value, below=None, what="ids"):

@@ -8,6 +8,7 @@ from coop import ops
 from coop.nn.module import (
     Module,
     as_tensor,
+    check_sizes,
     generator,
     make_parameter,
     runtime_of,
@@ -29,6 +30,7 @@ class LSTM(Module):
     def __init__(self, rt, input_size, hidden_size, batch_first=False, bidirectional=False,
                  rng=None, dtype=numpy.float32):
         super().__init__()
+        check_sizes("LSTM", input_size=input_size, hidden_size=hidden_size)
         rt, rng = runtime_of(rt), generator(rng)
         self.input_size, self.hidden_size = input_size, hidden_size
         self.batch_first, self.bidirectional = batch_first, bool(bidirectional)
