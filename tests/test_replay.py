@@ -358,6 +358,17 @@ def test_a_bad_dtr_log_names_its_line(tmp_path, lines, message):
      r"t.jsonl:1: call 'f' has no outputs"),
     ([{"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 1, "size": 8}], "cost": 0,
        "failed": True}], r"t.jsonl:1: failed call 'f' has outputs; a failed call's outputs"),
+    # a view keeps its input's id: the mismatch surfaced at the next reference of id 5
+    ([{"op": "constant", "id": 0, "size": 8},
+      {"op": "call", "name": "view", "inputs": [0],
+       "outputs": [{"id": 5, "size": 0, "alias": 0}], "cost": 1},
+      {"op": "access", "id": 5}],
+     r"t.jsonl:2: output 5 has alias 0, a view of input 0: a view keeps its input's id; give "
+     r"id 0, or alias -1 for new memory"),
+    ([{"op": "constant", "id": 0, "size": 8},
+      {"op": "call", "name": "view", "inputs": [0],
+       "outputs": [{"id": 0, "size": 0, "alias": "0"}], "cost": 1}, {"op": "start"}],
+     r"t.jsonl:2: alias must be -1 or an index into the 1 inputs, got '0'"),
 ])
 def test_a_bad_coop_trace_names_its_line(tmp_path, records, message):
     path = write_trace(tmp_path / "t.jsonl", records)
@@ -950,15 +961,29 @@ def test_dtr_ideal_replays_copy_copy_from_and_mutate_as_dtrs_simulator_does(tmp_
     assert result["compute_overhead"] == (136 + 10) / 136
 
 
-def test_a_call_output_without_a_size_is_zero_bytes(tmp_path):
-    """The record check reads a missing output size as 0 (found by the trace fuzzer: the
-    compiler read it as a KeyError)."""
+@pytest.mark.parametrize("record", [
+    {"op": "release", "id": 0, "size": "x"},
+    {"op": "meta", "size": "big"},
+    {"op": "access", "id": 0, "size": -1, "cost": "free"},
+    {"op": "constant", "id": 1, "size": 8, "cost": "x"},
+])
+def test_a_field_the_records_op_does_not_define_is_ignored(tmp_path, record):
+    """As any unknown field is (a size was compared as one, a TypeError for a string)."""
+    path = write_trace(tmp_path / "t.jsonl", [{"op": "constant", "id": 0, "size": 8}, record])
+    assert R.replay(path, budget="1MiB")["status"] == "ok"
+
+
+def test_a_call_output_without_a_size_is_an_error_naming_its_line(tmp_path):
+    """A call output's size is a required field (docs/trace-format.md); the fuzzer once found
+    the compiler reading a missing one as a KeyError."""
     path = write_trace(tmp_path / "t.jsonl", [
         {"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 0, "alias": -1}],
          "cost": 1},
         {"op": "release", "id": 0}])
-    r = R.replay(path, budget="1MiB", policy="coop")
-    assert (r["status"], r["ops"]) == ("ok", 1)
+    with pytest.raises(TraceError, match=r"t.jsonl:1: each call output needs an integer 'id' "
+                                         r"and a 'size' in \[0, 2\*\*62\] \(bytes\), got "
+                                         r"\{'id': 0, 'alias': -1\}"):
+        R.load(path)
 
 
 def test_the_meta_fields_a_replay_reads_are_taken_as_given(tmp_path):

@@ -86,13 +86,14 @@ def add_arguments(parser):
                         help="arena alignment in bytes (default: the trace's, else "
                              f"{R.DEFAULT_ALIGNMENT})")
     parser.add_argument("--thrash", type=_thrash, default=R.THRASH,
-                        help="stop a run once its compute overhead passes this (0: never)")
+                        help="stop a run once its compute overhead passes this: a number >= 1, "
+                             f"or 0: never (default {R.THRASH})")
     parser.add_argument("--host-budget", default=None,
                         help="bytes the host tier may hold (an offloading policy: coop-offload); "
                              "default: no limit")
     parser.add_argument("--lookahead", type=_lookahead, default=R.DEFAULT_LOOKAHEAD,
-                        help="ops ahead whose offloaded inputs come back early (default "
-                             f"{R.DEFAULT_LOOKAHEAD})")
+                        help="ops ahead whose offloaded inputs come back early, up to "
+                             f"{MAX_LOOKAHEAD:,} (default {R.DEFAULT_LOOKAHEAD})")
     parser.add_argument("--device", choices=list(DEVICES), default=None,
                         help="the cost model whose host link prices copies to and from the "
                              "host (default: the trace's)")
@@ -120,43 +121,89 @@ def _alignment(text):
     return value
 
 
+#: the longest --lookahead: the replayer holds it in a C int
+MAX_LOOKAHEAD = 2**31 - 1
+
+
 def _lookahead(text):
+    """--lookahead: a number of ops in [0, MAX_LOOKAHEAD]."""
     try:
         value = int(text)
-    except ValueError:
+    except ValueError:     # not an integer, or more digits than Python reads
         value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--lookahead must be a number of ops >= 0, got "
-                                         f"{text!r}")
+    if not 0 <= value <= MAX_LOOKAHEAD:
+        raise argparse.ArgumentTypeError(f"--lookahead must be a number of ops >= 0 and at most "
+                                         f"{MAX_LOOKAHEAD:,}, got {text[:80]!r}")
     return value
 
 
 def _thrash(text):
-    """--thrash: a finite number >= 0."""
+    """--thrash: 0 (never), or a finite compute overhead >= 1: every completed run's is at
+    least 1, so a limit below 1 would stop every run."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"thrash must be a finite number >= 0 (0: never stop), "
-                                         f"got {text!r}")
+    if not (value == 0 or 1 <= value < math.inf):
+        raise argparse.ArgumentTypeError(f"thrash must be a finite number >= 1, or 0 (never "
+                                         f"stop): a run's compute overhead is at least 1.0 "
+                                         f"(default {R.THRASH}), got {text[:80]!r}")
     return value
+
+
+#: the longest budget text read: 2**62 bytes is 19 digits, a share's decimals need a few more
+_BUDGET_CHARS = 100
 
 
 def read_budget(text):
     """--budget: a Budget whose share is of the trace's unlimited peak; a bare number is a
     ratio."""
+    _short(text, Budget("1", of="the trace's unlimited peak", bare="ratio"))
     return Budget(text, of="the trace's unlimited peak", bare="ratio")
 
 
-def _timelines(args, program, results):
-    from coop.trace import timeline
+def _short(text, example):
+    """ValueError, naming the budget and the forms of example (a Budget), for a text too long
+    to be one (and longer than Python reads a number from)."""
+    if len(text) > _BUDGET_CHARS:
+        raise ValueError(f"budget {text[:20]!r}...: {len(text):,} characters, more than any "
+                         f"budget has (2**62 bytes is 19 digits); give {example.forms()}")
+
+
+def _timeline_paths(args, policies):
+    """(policy, path) of each page --timeline writes; UsageError, before any replay, for a path
+    that cannot be written (a directory, a missing directory, no permission) or is empty."""
+    if not args.timeline:
+        raise UsageError("coop replay: --timeline names no file; give a path such as "
+                         "out.html")
     stem, suffix = os.path.splitext(args.timeline)
-    for r in results:
-        path = args.timeline if len(results) == 1 else f"{stem}-{r['policy']}{suffix or '.html'}"
+    paths = [(p, args.timeline if len(policies) == 1 else f"{stem}-{p}{suffix or '.html'}")
+             for p in policies]
+    for _, path in paths:
+        existed = os.path.lexists(path)
+        try:
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            raise UsageError(f"coop replay: --timeline {path[:200]!r} cannot be written: "
+                             f"{e.strerror or e}; give a file in a directory you can write") \
+                from None
+        if not existed:
+            os.remove(path)
+    return paths
+
+
+def _timelines(args, program, results, paths, lower_bound_bytes):
+    """Draw each result's run: the replay's budget, policy and host tier (--host-budget,
+    --lookahead, --device), so that each page's figures are the table's."""
+    from coop.trace import timeline
+    for r, (_, path) in zip(results, paths):
+        offload = POLICIES[r["policy"]].offload
         timeline.write(program, path, budget=r["budget_bytes"], policy=r["policy"],
                        alignment=args.alignment, thrash=args.thrash or None,
-                       lower_bound_bytes=0 if args.first_step else None)
+                       lower_bound_bytes=lower_bound_bytes,
+                       host_budget=args.host_budget if offload else None,
+                       lookahead=args.lookahead, device=args.device)
         print(f"timeline of {r['policy']}: {path}", file=sys.stderr if args.json else sys.stdout)
 
 
@@ -174,41 +221,53 @@ def main(args):
         nbytes = None if budget.is_share else budget.resolve()
     except ValueError as e:
         raise UsageError(f"coop replay: {e}") from None
-    program = R.load(args.trace, args.format)
-    base = R.unlimited(program, args.alignment)
-    peak = base["peak_bytes"]
-    if budget.is_share:
-        try:
-            budget.resolve(peak)
-        except EmptyBudget as e:    # a good budget that this trace makes empty: not a usage error
-            raise CoopError(str(e)) from None
-        except ValueError as e:
-            raise UsageError(f"coop replay: {e}") from None
-        sized = dict(ratio=float(budget.share))
-    else:
-        sized = dict(budget=nbytes)
     offloading = [p for p in policies if POLICIES[p].offload]
     if args.host_budget is not None:
         if not offloading:
             raise UsageError(f"coop replay: --host-budget needs an offloading policy "
                              f"({', '.join(p for p in POLICIES if POLICIES[p].offload)})")
         try:
+            _short(args.host_budget, Budget("1"))
             parse_budget(args.host_budget)
         except ValueError as e:
             raise UsageError(f"coop replay: --host-budget: {e}") from None
+    paths = _timeline_paths(args, policies) if args.timeline is not None else None
+    program = R.load(args.trace, args.format)
+    base = R.unlimited(program, args.alignment)
+    peak = base["peak_bytes"]
+    align = R._alignment(program, args.alignment)
+    if budget.is_share:
+        try:
+            budget.resolve(peak)
+        except EmptyBudget as e:
+            if peak <= align:
+                # a good budget that this trace makes empty (it needs the smallest arena,
+                # one aligned piece): not a usage error
+                raise CoopError(str(e)) from None
+            raise UsageError(f"coop replay: {e}") from None
+        except ValueError as e:
+            raise UsageError(f"coop replay: {e}") from None
+        sized = dict(ratio=float(budget.share))
+    else:
+        if nbytes < align:
+            raise UsageError(f"coop replay: budget {args.budget[:80]!r}: {nbytes:,} bytes is less "
+                             f"than the arena's alignment, {align:,} bytes; give --budget "
+                             f"{align}B or more (or a smaller --alignment)")
+        sized = dict(budget=nbytes)
+    lower_bound = 0 if args.first_step else base["lower_bound_bytes"]
     results = [R.replay(program, policy=policy, alignment=args.alignment,
                         thrash=args.thrash or None, peak_bytes=peak, lookahead=args.lookahead,
                         device=args.device,
                         host_budget=args.host_budget if POLICIES[policy].offload else None,
-                        lower_bound_bytes=0 if args.first_step else base["lower_bound_bytes"],
-                        **sized)
+                        lower_bound_bytes=lower_bound, **sized)
                for policy in policies]
-    if args.timeline:
-        _timelines(args, program, results)
+    if paths is not None:
+        _timelines(args, program, results, paths, lower_bound)
     status = 0 if all(r["status"] == "ok" for r in results) else INCOMPLETE
     if args.json:
         for r in results:
-            print(json.dumps(r))
+            # a failed run's figures are a partial run's: no overhead, as the table's "-"
+            print(json.dumps(r if r["status"] == "ok" else {**r, "compute_overhead": None}))
         return status
     print(f"trace {args.trace}: {program.n_records:,} records, {program.n_ops:,} ops; peak "
           f"{peak:,} bytes (ratio 1.0; the unlimited run used {base['peak_used_bytes']:,}), "

@@ -19,7 +19,7 @@ def runtime_of(rt):
     """rt itself, or the active runtime when rt is None."""
     if rt is None:
         return get_runtime()
-    if not hasattr(rt, "apply") or not hasattr(rt, "tensor"):
+    if not hasattr(rt, "tensor"):
         raise TypeError(f"coop.nn layers take a coop.Runtime first (None: the active one), got "
                         f"{type(rt).__name__}; make one with coop.Runtime(backend)")
     return rt

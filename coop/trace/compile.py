@@ -6,19 +6,22 @@ from coop._core import EXPENSIVE
 from coop.errors import TraceError
 from coop.trace._replay import KINDS, Program
 from coop.trace.dtr import import_dtr
-from coop.trace.records import (MAX_BYTES, is_cost, is_int, read_records, show, sniff,
-                                valid_alignment)
+from coop.trace.records import (EMPTY, MAX_BYTES, is_cost, is_int, read_once, read_records,
+                                show, sniff, valid_alignment)
 
 def load(path, format=None):
-    """Read and compile a trace file (coop's format, or a DTR log: sniffed when format is None)."""
-    format = format or sniff(path)
-    if format == "coop":
-        records = read_records(path)
-    elif format == "dtr":
-        records = import_dtr(path)
-    else:
+    """Read and compile a trace file (coop's format, or a DTR log: sniffed when format is None).
+    A pipe is read once, so it loads as the same trace in a file does; a trace with no record
+    but meta is a TraceError, in either format."""
+    if format not in (None, "coop", "dtr"):
         raise ValueError(f"unknown trace format {format!r}; choose 'coop' or 'dtr'")
-    return compile_program(records, str(path))
+    data = read_once(path)
+    format = format or sniff(path, data)
+    records = list(read_records(path, data) if format == "coop" else import_dtr(path, data))
+    program = compile_program(records, str(path))    # a bad meta record first
+    if all(r["op"] == "meta" for _, r in records):
+        raise TraceError(f"{path}: {EMPTY}")
+    return program
 
 
 def compile_program(records, where="<records>"):
@@ -94,15 +97,14 @@ def compile_program(records, where="<records>"):
                     seen.add(out["id"])
                     outputs.append(out["id"])
                     allocs.append(out.get("alloc"))
-                    out_sizes.append(out.get("size", 0))
+                    out_sizes.append(out["size"])
             else:
                 mutated = list(r["mutated"])
             if events is not None:
                 _check_events(events, allocs, out_sizes, loc(lineno))
             else:
                 allocs = [-1] * len(allocs)
-            # a missing size is 0, as the record check reads it (coop.trace.records)
-            outputs = [value(o, out.get("size", 0)) if o != -1 else -1
+            outputs = [value(o, out["size"]) if o != -1 else -1
                        for o, out in zip(outputs, r.get("outputs", []))]
             ops.append((inputs, outputs, allocs, mutated, events, float(r["cost"]),
                         cost_kind[r.get("cls", "expensive")], r.get("failed", False)))

@@ -15,10 +15,11 @@ def dtr_class(name):
     return "expensive" if any(key in lowered for key in DTR_EXPENSIVE) else "cheap"
 
 
-def import_dtr(path):
+def import_dtr(path, data=None):
     """Yield (line number, record) in coop's format from a DTR simulator log (JSON lines with
     an INSTRUCTION field); see docs/trace-format.md for the mapping. Numbers may be JSON
-    numbers or strings ("MEMORY": "512", as DTR's published logs write them)."""
+    numbers or strings ("MEMORY": "512", as DTR's published logs write them). data: the log's
+    bytes where coop.trace.records.read_once read them."""
     names = {}      # name -> storage id
     refs = {}       # storage id -> names (and copies) referring to it
     next_id = 0
@@ -90,7 +91,7 @@ def import_dtr(path):
             raise TraceError(f"{where(line)}: MEMORY must be in [0, 2**62], got {size}")
         return size
 
-    lines = json_lines(path)
+    lines = json_lines(path, data)
     for lineno, rec in lines:
         instr = rec.get("INSTRUCTION") if isinstance(rec, dict) else None
         if instr == "CONSTANT":
@@ -155,6 +156,9 @@ def import_dtr(path):
         elif instr == "ANNOTATE":
             if rec.get("ANNOTATION") == "START":
                 yield lineno, {"op": "start"}
+        elif not isinstance(rec, dict) or "INSTRUCTION" not in rec:
+            raise TraceError(f"{where(lineno)}: the line has no INSTRUCTION field, so this is "
+                             "not a DTR log (a coop trace? read it as one: --format coop)")
         elif instr in ("MEMORY", "ALIAS"):
             raise TraceError(f"{where(lineno)}: {instr} outside a CONSTANT or CALL")
         else:

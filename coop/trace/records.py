@@ -1,5 +1,6 @@
 """Reading coop traces: JSON lines checked record by record against the format
 (docs/trace-format.md); every error is a TraceError naming the file, the line and the problem."""
+import io
 import json
 import math
 
@@ -54,9 +55,10 @@ _FIELDS = {   # op -> required fields and their types
 }
 
 
-def read_records(path):
-    """Yield (line number, record) from a coop trace, each checked against the format."""
-    for lineno, record in json_lines(path):
+def read_records(path, data=None):
+    """Yield (line number, record) from a coop trace, each checked against the format (data:
+    the trace's bytes where read_once read them already)."""
+    for lineno, record in json_lines(path, data):
         yield lineno, check_record(record, f"{path}:{lineno}")
 
 
@@ -75,29 +77,39 @@ def check_record(record, where):
             raise TraceError(f"{where}: {kind} record needs field {field!r} "
                              f"({getattr(types, '__name__', 'number')}), got "
                              f"{show(value)}")
-    if "size" in record and not 0 <= record["size"] <= MAX_BYTES:
+    # a field the record's op does not define is ignored, as any unknown field is: only a
+    # constant has a size, only a call or a mutate a cost
+    if kind == "constant" and not 0 <= record["size"] <= MAX_BYTES:
         raise TraceError(f"{where}: size must be in [0, 2**62], got {record['size']}")
-    if "cost" in record and not is_cost(record["cost"]):
+    if kind in ("call", "mutate") and not is_cost(record["cost"]):
         raise TraceError(f"{where}: cost must be a finite number >= 0 (ns), got "
                          f"{show(record['cost'])}")
     if kind in ("call", "mutate") and type(record.get("failed", False)) is not bool:
         raise TraceError(f"{where}: failed must be true or false, got "
                          f"{show(record['failed'])}")
+    if kind in ("call", "mutate") and not all(is_int(i) for i in record["inputs"]):
+        raise TraceError(f"{where}: inputs must be integer ids, got {show(record['inputs'])}")
     if kind == "call":
+        inputs = record["inputs"]
         for out in record["outputs"]:
             if not isinstance(out, dict) or not is_int(out.get("id")) \
-                    or not is_int(out.get("size", 0)) or not 0 <= out.get("size", 0) <= MAX_BYTES:
-                raise TraceError(f"{where}: each call output needs an integer 'id' and a size "
-                                 f"in [0, 2**62], got {show(out)}")
+                    or not is_int(out.get("size")) or not 0 <= out["size"] <= MAX_BYTES:
+                raise TraceError(f"{where}: each call output needs an integer 'id' and a 'size' "
+                                 f"in [0, 2**62] (bytes), got {show(out)}")
+            alias = out.get("alias", -1)
+            if not is_int(alias) or not -1 <= alias < len(inputs):
+                raise TraceError(f"{where}: alias must be -1 or an index into the "
+                                 f"{len(inputs)} inputs, got {show(alias)}")
+            if alias >= 0 and out["id"] != inputs[alias]:
+                raise TraceError(f"{where}: output {out['id']} has alias {alias}, a view of "
+                                 f"input {inputs[alias]}: a view keeps its input's id; give id "
+                                 f"{inputs[alias]}, or alias -1 for new memory")
         if record.get("failed") is True and record["outputs"]:
             raise TraceError(f"{where}: failed call {record['name']!r} has outputs; a failed "
                              "call's outputs are []")
         if not record["outputs"] and record.get("failed") is not True:
             raise TraceError(f"{where}: call {record['name']!r} has no outputs")
     if kind in ("call", "mutate"):
-        if not all(is_int(i) for i in record["inputs"]):
-            raise TraceError(f"{where}: inputs must be integer ids, got "
-                             f"{show(record['inputs'])}")
         if record.get("cls", "expensive") not in ("expensive", "cheap"):
             raise TraceError(f"{where}: cls must be 'expensive' or 'cheap', got "
                              f"{show(record['cls'])}")
@@ -122,11 +134,23 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a number a trace may hold")
 
 
-def json_lines(path):
-    """(line number, parsed JSON) per non-blank line; TraceError for a file that cannot be
-    read, text that is not UTF-8, a line that is not JSON, NaN or Infinity, deep nesting."""
+def read_once(path):
+    """None for a trace in a file, which its readers open as they go (and again, after
+    sniff); the bytes of one that can be read only once (a pipe: /dev/stdin, a shell's
+    <(...)), read now, for its readers to take as their data."""
     try:
-        f = open(path, "rb")
+        with open(path, "rb") as f:
+            return None if f.seekable() else f.read()
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
+
+
+def json_lines(path, data=None):
+    """(line number, parsed JSON) per non-blank line of the trace at path (or of data, its
+    bytes, where read_once read them); TraceError for a file that cannot be read, text that
+    is not UTF-8, a line that is not JSON, NaN or Infinity, deep nesting."""
+    try:
+        f = open(path, "rb") if data is None else io.BytesIO(data)
     except OSError as e:
         raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
     with f:
@@ -175,10 +199,16 @@ def next_line(lines, path, lineno):
         raise TraceError(f"{path}:{lineno}: the log ends inside this record") from None
 
 
-def sniff(path):
-    """"coop" or "dtr": the format of the trace at path (by its first record)."""
-    for _, rec in json_lines(path):
+#: a trace with no record but meta (coop.trace.load refuses one in either format)
+EMPTY = ("the trace is empty: it holds no record to replay (a meta record alone is none); give "
+         "a recorded run's trace")
+
+
+def sniff(path, data=None):
+    """"coop" or "dtr": the format of the trace at path (by its first record; data: its bytes
+    where read_once read them)."""
+    for _, rec in json_lines(path, data):
         if isinstance(rec, dict) and "INSTRUCTION" in rec:
             return "dtr"
         return "coop"
-    raise TraceError(f"{path}: the trace is empty")
+    raise TraceError(f"{path}: {EMPTY}")

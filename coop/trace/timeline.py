@@ -26,7 +26,7 @@ from importlib import resources
 from coop._core import EXPENSIVE, LOG_MOVE, log_records
 from coop.errors import OutOfMemoryError, Thrash
 
-__all__ = ["KINDS", "MARKS", "Timeline", "collect", "recording", "render", "write"]
+__all__ = ["FROM_TRACE", "KINDS", "MARKS", "Timeline", "collect", "recording", "render", "write"]
 
 #: piece kinds, in the data's order: a constant (no producer, never evicted), a computed
 #: storage placed as EXPENSIVE or CHEAP, and a transient piece allocated and freed within one
@@ -71,16 +71,33 @@ class Timeline:
                 "pieces": rows, "counts": self.marks}
 
 
-def collect(program, budget, policy="coop", alignment=None, thrash=None, lower_bound_bytes=None):
+#: collect's and write's host_budget by default: the trace's (its meta host_budget, under an
+#: offloading policy; no limit without one)
+FROM_TRACE = "the trace's"
+
+
+def collect(program, budget, policy="coop", alignment=None, thrash=None, lower_bound_bytes=None,
+            host_budget=FROM_TRACE, lookahead=None, device=None):
     """Replay program (a coop.trace Program) at budget bytes under policy, taking the arena's
     log record by record; returns a Timeline (its figures as coop.trace.replay.replay's;
-    lower_bound_bytes as there: 0 replays a live run's first step)."""
-    from coop.trace.replay import DEFAULT_ALIGNMENT, make_replayer
+    lower_bound_bytes, lookahead and device as there: 0 replays a live run's first step).
+    host_budget: the host tier's bytes (None: no limit; bytes or "64GiB"), by default the
+    trace's."""
+    from coop.budget import parse_budget
+    from coop.engine.cost import DEVICES
+    from coop.engine.policies import get_policy
+    from coop.trace.replay import DEFAULT_ALIGNMENT, DEFAULT_LOOKAHEAD, make_replayer
     align = int(alignment or program.meta.get("alignment") or DEFAULT_ALIGNMENT)
+    if host_budget == FROM_TRACE:
+        host_budget = program.meta.get("host_budget") if get_policy(policy).offload else None
+    elif host_budget is not None:
+        host_budget = parse_budget(host_budget)
     # as coop.trace.replay.replay: below the recompute-only bound the tier opens at the start
     arena, replayer, _ = make_replayer(program, int(budget), policy, align,
                                        thrash * program.cost_first if thrash else 0.0,
-                                       program.meta.get("host_budget"),
+                                       host_budget,
+                                       None if device is None else DEVICES[device].host_link,
+                                       DEFAULT_LOOKAHEAD if lookahead is None else lookahead,
                                        lower_bound_bytes=lower_bound_bytes)
     log = _Log(replayer, program)
     status = "ok"
@@ -283,9 +300,11 @@ def render(timeline):
 
 
 def write(trace, path, budget=None, ratio=None, policy="coop", alignment=None, thrash=None,
-          format=None, lower_bound_bytes=None):
+          format=None, lower_bound_bytes=None, host_budget=FROM_TRACE, lookahead=None,
+          device=None):
     """Replay trace (a path or Program) at budget (bytes, "6GiB") or ratio (of its unlimited
-    peak) under policy and write its timeline to path; returns the Timeline."""
+    peak) under policy and write its timeline to path; returns the Timeline (host_budget,
+    lookahead and device: the host tier's, as collect takes them)."""
     from coop.trace import replay as R
     from coop.budget import parse_budget
     program = R._program(trace) if format is None else R.load(trace, format)
@@ -295,7 +314,7 @@ def write(trace, path, budget=None, ratio=None, policy="coop", alignment=None, t
         align = R._alignment(program, alignment)
         budget = max(int(ratio * R.peak(program, align)), align)
     timeline = collect(program, parse_budget(budget), policy, alignment, thrash,
-                       lower_bound_bytes)
+                       lower_bound_bytes, host_budget, lookahead, device)
     with open(os.fspath(path), "w", encoding="utf-8") as out:
         out.write(render(timeline))
     return timeline
@@ -315,7 +334,12 @@ def recording(runtime, path):
             with runtime.record(trace):
                 yield
         finally:
-            write(trace, path, budget=runtime.arena.capacity, policy=runtime.policy,
+            # compiled here, not by coop.trace.load, which refuses the trace of a stretch that
+            # ran no op (no record but meta): its page is an empty one
+            from coop.trace.compile import compile_program
+            from coop.trace.records import read_records
+            write(compile_program(read_records(trace), trace), path,
+                  budget=runtime.arena.capacity, policy=runtime.policy,
                   alignment=runtime.arena.alignment)
 
 

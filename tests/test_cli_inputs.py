@@ -1,0 +1,237 @@
+"""`coop replay` on the inputs a command line meets: a trace through a pipe, a trace with no
+record, a budget below the arena's alignment, limits out of range, a --timeline that cannot
+be written; each bad one is one line with the documented exit status, and --timeline draws
+the run the table shows."""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from _traces import write_trace
+
+from coop.cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: 4 KiB of constant, then 8 KiB for f's output: at half the peak (6 KiB) f finds no room
+GOOD = [{"op": "meta", "alignment": 512},
+        {"op": "constant", "id": 0, "size": 4096},
+        {"op": "call", "name": "f", "inputs": [0], "outputs": [{"id": 1, "size": 8192}],
+         "cost": 5}]
+#: what differs between two replays of one trace: the clock's
+TIMES = ("wall_time", "records_per_s", "search_time", "search_fill_time", "search_scan_time",
+         "search_plan_time")
+
+
+@pytest.fixture
+def good(tmp_path):
+    return write_trace(tmp_path / "good.jsonl", GOOD)
+
+
+def results(out):
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMES}
+            for line in out.splitlines()]
+
+
+def one_line(capsys):
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err, captured.err
+    return captured
+
+
+def test_a_trace_through_a_pipe_replays_as_the_same_file_does(good, capsys):
+    assert main(["replay", str(good), "--budget", "0.5", "--json"]) == 3
+    from_file = results(capsys.readouterr().out)
+    assert from_file[0]["status"] == "oom" and from_file[0]["records"] == 1
+    read, write = os.pipe()
+
+    def feed():
+        with os.fdopen(write, "wb") as f:
+            f.write(good.read_bytes())
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        assert main(["replay", f"/dev/fd/{read}", "--budget", "0.5", "--json"]) == 3
+    finally:
+        feeder.join()
+        os.close(read)
+    assert results(capsys.readouterr().out) == from_file
+
+
+def test_a_trace_on_stdin_replays_as_the_same_file_does(good):
+    def run(path, text=""):     # stdin: a pipe holding text
+        return subprocess.run([sys.executable, "-m", "coop", "replay", path, "--budget", "0.5",
+                               "--json"], input=text, capture_output=True, text=True,
+                              cwd=good.parent, timeout=120,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    from_file = run(str(good))
+    from_stdin = run("/dev/stdin", good.read_text())
+    assert (from_stdin.returncode, from_stdin.stderr) == (from_file.returncode, "") == (3, "")
+    assert results(from_stdin.stdout) == results(from_file.stdout)
+
+
+EMPTY = ("the trace is empty: it holds no record to replay (a meta record alone is none); give "
+         "a recorded run's trace")
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n", '{"op": "meta", "alignment": 512}\n'])
+@pytest.mark.parametrize("format", [[], ["--format", "coop"], ["--format", "dtr"]])
+def test_a_trace_with_no_record_is_empty_in_either_format(tmp_path, capsys, text, format):
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    assert main(["replay", str(path), "--budget", "0.5", *format]) == 1
+    err = one_line(capsys).err
+    if format == ["--format", "dtr"] and text.startswith("{"):
+        # a meta record is not a DTR record
+        assert err == (f"coop replay: error: {path}:1: the line has no INSTRUCTION field, so "
+                       "this is not a DTR log (a coop trace? read it as one: --format coop) "
+                       "(--debug shows the traceback)\n")
+    else:
+        assert err == f"coop replay: error: {path}: {EMPTY} (--debug shows the traceback)\n"
+
+
+def test_a_coop_trace_read_as_a_dtr_log_says_so(good, capsys):
+    assert main(["replay", str(good), "--budget", "0.5", "--format", "dtr"]) == 1
+    assert one_line(capsys).err == (
+        f"coop replay: error: {good}:1: the line has no INSTRUCTION field, so this is not a "
+        "DTR log (a coop trace? read it as one: --format coop) (--debug shows the traceback)\n")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "100B"],
+     "budget '100B': 100 bytes is less than the arena's alignment, 512 bytes; give --budget "
+     "512B or more (or a smaller --alignment)"),
+    (["--budget", "512MB", "--alignment", "1073741824"],
+     "budget '512MB': 512,000,000 bytes is less than the arena's alignment, 1,073,741,824 "
+     "bytes; give --budget 1073741824B or more (or a smaller --alignment)"),
+    (["--budget", "0.0000001"],
+     "budget '0.0000001': is less than 1 byte of the trace's unlimited peak (12,288 bytes); "
+     'give a size ("6GiB", "512MB", "2000000000B") or a share of the trace\'s unlimited peak '
+     '("0.5", "0.5x", "50%")'),
+    (["--budget", "1" * 5000],
+     "budget '11111111111111111111'...: 5,000 characters, more than any budget has (2**62 "
+     'bytes is 19 digits); give a size ("6GiB", "512MB", "2000000000B") or a share of the '
+     'trace\'s unlimited peak ("0.5", "0.5x", "50%")'),
+    (["--budget", "0.5", "--policy", "coop-offload", "--host-budget", "9" * 5000],
+     "--host-budget: budget '99999999999999999999'...: 5,000 characters, more than any budget "
+     'has (2**62 bytes is 19 digits); give 2000000000 (bytes), a size ("6GiB", "512MB", '
+     '"1.5 GiB")'),
+    (["--budget", "0.5", "--thrash", "0.5"],
+     "argument --thrash: thrash must be a finite number >= 1, or 0 (never stop): a run's "
+     "compute overhead is at least 1.0 (default 2.0), got '0.5' (see coop replay --help)"),
+    (["--budget", "0.5", "--thrash", "0.999"],
+     "argument --thrash: thrash must be a finite number >= 1, or 0 (never stop): a run's "
+     "compute overhead is at least 1.0 (default 2.0), got '0.999' (see coop replay --help)"),
+    (["--budget", "0.5", "--lookahead", "99999999999999999999999"],
+     "argument --lookahead: --lookahead must be a number of ops >= 0 and at most "
+     "2,147,483,647, got '99999999999999999999999' (see coop replay --help)"),
+    (["--budget", "0.5", "--lookahead", "2147483648"],
+     "argument --lookahead: --lookahead must be a number of ops >= 0 and at most "
+     "2,147,483,647, got '2147483648' (see coop replay --help)"),
+    (["--budget", "0.5", "--timeline", ""],
+     "--timeline names no file; give a path such as out.html"),
+])
+def test_a_bad_argument_is_one_usage_line(good, capsys, argv, message):
+    assert main(["replay", str(good), *argv]) == 2
+    captured = one_line(capsys)
+    assert captured.err == f"coop replay: {message}\n"
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("where, problem", [("a-directory", "Is a directory"),
+                                            ("missing/out.html", "No such file or directory")])
+@pytest.mark.parametrize("policies", ["coop", "coop,dtr"])
+def test_a_timeline_that_cannot_be_written_is_refused_before_the_replay(good, capsys, where,
+                                                                         problem, policies):
+    (good.parent / "a-directory").mkdir(exist_ok=True)
+    out = str(good.parent / where)
+    if policies != "coop" and where == "a-directory":
+        (good.parent / "a-directory-coop.html").mkdir()
+        out_coop = str(good.parent / "a-directory-coop.html")
+    else:
+        out_coop = out if policies == "coop" else str(good.parent / "missing/out-coop.html")
+    assert main(["replay", str(good), "--budget", "0.5", "--policy", policies,
+                 "--timeline", out]) == 2
+    captured = one_line(capsys)
+    assert captured.out == ""     # no table: nothing was replayed
+    assert captured.err == (f"coop replay: --timeline {out_coop!r} cannot be written: {problem}; "
+                            "give a file in a directory you can write\n")
+
+
+def page_figures(path):
+    text = Path(path).read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="timeline-data">(.*?)</script>', text,
+                      re.S)
+    return json.loads(found.group(1).replace("<\\/", "</"))["figures"]
+
+
+def offload_call(name, inputs, out, size):
+    return {"op": "call", "name": name, "inputs": inputs,
+            "outputs": [{"id": out, "size": size, "alias": -1}], "cost": 1e4}
+
+
+#: tests/test_host_tier.py's trace: at 6144 bytes w (2048) must leave for the host tier
+#: twice; a tier of 1024 bytes refuses it and the run runs out of memory
+OFFLOAD = [{"op": "meta", "alignment": 512},
+           {"op": "constant", "id": 0, "size": 2048},
+           offload_call("f", [0], 1, 2048),
+           offload_call("g", [1], 2, 3072),
+           {"op": "release", "id": 1},
+           offload_call("m1", [2], 3, 512),
+           offload_call("m2", [3], 4, 512),
+           {"op": "release", "id": 3},
+           offload_call("h", [0, 2], 5, 512),
+           {"op": "release", "id": 5},
+           {"op": "release", "id": 4},
+           offload_call("k", [2], 6, 2048)]
+
+
+@pytest.mark.parametrize("argv, status", [
+    (["--host-budget", "1024"], "oom"),
+    (["--host-budget", "2KiB", "--lookahead", "0", "--device", "h200"], "ok"),
+])
+def test_the_timeline_draws_the_run_the_table_shows(tmp_path, capsys, argv, status):
+    trace = write_trace(tmp_path / "t.jsonl", OFFLOAD)
+    out = tmp_path / "out.html"
+    code = main(["replay", str(trace), "--budget", "6144B", "--policy", "coop-offload",
+                 "--json", "--timeline", str(out), *argv])
+    assert code == (0 if status == "ok" else 3)
+    table = json.loads(capsys.readouterr().out)
+    page = page_figures(out)
+    assert table["status"] == page["status"] == status
+    for key in ("budget_bytes", "evictions", "recomputes", "offloads", "host_peak_bytes",
+                "peak_used_bytes", "records"):
+        assert page[key] == table[key], key
+    assert page["copies_back"] == table["fetches"] + table["prefetches"]
+    if status == "ok":
+        assert page["compute_overhead"] == table["compute_overhead"]
+    else:
+        assert table["host_refusals"] == 1
+
+
+def test_a_failed_runs_json_has_no_overhead(good, capsys):
+    assert main(["replay", str(good), "--budget", "0.5", "--policy", "coop,none",
+                 "--json"]) == 3
+    for result in map(json.loads, capsys.readouterr().out.splitlines()):
+        assert result["status"] == "oom" and result["compute_overhead"] is None
+
+
+def test_the_help_states_the_thrash_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("--thrash THRASH stop a run once its compute overhead passes this: a number >= 1, "
+            "or 0: never (default 2.0)") in text
+
+
+def test_the_readmes_bad_budget_command_prints_the_readmes_line(good, capsys):
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    found = re.search(r"`coop replay run\.jsonl (--budget=\S+)` prints `([^`]+)`", readme)
+    assert found, "the README shows the command that prints a bad budget's line"
+    assert main(["replay", str(good), found.group(1)]) == 2
+    assert one_line(capsys).err == found.group(2) + "\n"
