@@ -701,6 +701,46 @@ def test_a_constants_offload_is_priced_by_its_next_read(tmp_path, lookahead, pri
     e.arena.check()
 
 
+#: NEXT's a and b, but b is released unread right after h (as a gradient after its update),
+#: and a is read next by m, after 2e6 ns of y1 and y2
+RELEASED = NEXT[:10] + [
+    {"op": "release", "id": 1},
+    call("y1", [5], 6, 512, 1e6), {"op": "release", "id": 5},
+    call("y2", [6], 7, 512, 1e6), {"op": "release", "id": 6},
+    call("m", [0, 7], 8, 512),
+]
+
+
+@pytest.mark.parametrize("pricing", [False, True])
+def test_a_constant_released_unread_is_priced_by_its_release(tmp_path, pricing):
+    """With a reference, a constant the program releases before it reads it again (b after h)
+    is offered at its copy out alone, over the time until its release: an offload would
+    free its room only until then. At h the window then offloads a, whose copy back a
+    prefetch hides under y2, instead of copying b out for nothing; priced as if the next
+    step read it again (release_pricing off), b leaves, its copy out all exposed."""
+    program = R.load(write_trace(tmp_path / "released.jsonl", RELEASED))
+    d2h, h2d = R.host_link(program)
+    rp = Replayer(program, Arena(6656, 512), "coop-offload", 0.0, R.copy_cost(program), None,
+                  (d2h, h2d), 2)
+    e = rp.engine
+    e.release_pricing = pricing
+    rp.run(0, 7)                                       # up to h
+    b = rp.storage_of(1)
+    # from g's start, the last op run: b is released after g and h, unread; m reads a
+    assert e.dies_at(b) == 2e4 and e.dies_at(rp.storage_of(0)) is None
+    rp.run(7, 8)                                       # h
+    assert rp.resident_values() == ([1, 4, 5] if pricing else [0, 4, 5])
+    if pricing:
+        assert e.dies_at(b) == 1e4                     # from h's start
+    rp.run(8)
+    rp.finish()
+    t = e.tier_counters()
+    assert t["copy_exposed"] == pytest.approx((2048 if pricing else 2560) * d2h)
+    assert (t["prefetches"], t["fetches"], t["bytes_h2d"]) == ((1, 0, 2048) if pricing
+                                                               else (0, 0, 0))
+    e.arena.check()
+
+
 def test_a_storage_id_reused_after_death_has_no_reads_in_the_reference():
     """The reference's reads are a storage's, not its id's: a constant that dies takes its
     reads with it, so a new constant given the same id has no known next read."""

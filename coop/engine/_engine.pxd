@@ -169,12 +169,16 @@ cdef class _Tier(_Room):
     # reference's clock at each and at its end, and per storage the positions that read it
     cdef vector[double] ref_time       # ref_time[p]: the reference's clock when p starts
     cdef vector[vector[int]] ref_reads # per storage id, ascending
+    cdef vector[Py_ssize_t] ref_release  # per storage id: the position that releases it (-1)
     cdef vector[int] ref_known         # storage ids with reads (the dead dropped lazily)
     cdef vector[unsigned char] ref_listed   # ... a storage id is in ref_known
     cdef Py_ssize_t ref_pos            # the position running now (-1: none)
     cdef public bint read_pricing      # price constants' offloads by their next read (default)
+    cdef public bint release_pricing   # ... and one released unread by its release
     cdef int c_ref_reads(self, int s, int* positions, Py_ssize_t n) except -1
     cdef int c_ref_clock(self, vector[double]& times) except -1
+    cdef int c_ref_release(self, int s, Py_ssize_t pos) except -1
+    cdef double c_dies_at(self, int s) noexcept
     cdef void c_ref_at(self, Py_ssize_t pos) noexcept
     cdef double _copies(self, int s) noexcept
     cdef bint _ref_running(self) noexcept

@@ -220,6 +220,7 @@ cdef class Engine(_InPlace):
         self.ref_pos = -1
         self.bringing = -1
         self.read_pricing = True
+        self.release_pricing = True
         self.max_step_ops = 1 << 20
         if self.offloading and not record.offload_last:
             self.arena.c_count_offloads(True)

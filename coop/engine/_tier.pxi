@@ -343,6 +343,31 @@ cdef class _Tier(_Room):
             self._ref_list(s)
         return 0
 
+    cdef int c_ref_release(self, int s, Py_ssize_t pos) except -1:
+        """The reference's position that releases storage s (a replay's release record;
+        -1: none)."""
+        if self.ref_release.size() <= <size_t>s:
+            self.ref_release.resize(s + 1, -1)
+        self.ref_release[s] = pos
+        return 0
+
+    cdef double c_dies_at(self, int s) noexcept:
+        """The reference's clock at s's release when no read of s is left before it (the
+        program releases s unread from the running position on: a gradient after its update);
+        -1 otherwise, or when not known."""
+        cdef vector[int]* r
+        cdef Py_ssize_t rel
+        if not self._ref_running() or <size_t>s >= self.ref_release.size():
+            return -1.0
+        rel = self.ref_release[s]
+        if rel <= self.ref_pos or <size_t>rel >= self.ref_time.size():
+            return -1.0
+        if <size_t>s < self.ref_reads.size():
+            r = &self.ref_reads[s]
+            if not r.empty() and r.back() > self.ref_pos and r.back() < rel:
+                return -1.0       # read again before its release
+        return self.ref_time[rel]
+
     cdef int c_ref_clock(self, vector[double]& times) except -1:
         """A replay's reference: its clock at each position and, last, at its end (taken
         from times, which is left empty)."""
@@ -376,6 +401,8 @@ cdef class _Tier(_Room):
                         r = &self.prev_reads[k]
                         r.erase(remove(r.begin(), r.end(), s), r.end())
             self.ref_reads[s].clear()
+        if <size_t>s < self.ref_release.size():
+            self.ref_release[s] = -1
         _Room._recycle(self, s)
 
     cdef double c_next_read(self, int s) noexcept:
@@ -410,7 +437,7 @@ cdef class _Tier(_Room):
         reads cyclically: the parameters of the layers just ahead are the stalest."""
         cdef size_t k, kept = 0
         cdef int s, slot
-        cdef double nxt, until, stale, now_ref
+        cdef double nxt, until, stale, now_ref, copies
         if not self.read_pricing or not self._ref_running():
             return 0
         now_ref = self.ref_time[self.ref_pos]
@@ -425,16 +452,24 @@ cdef class _Tier(_Room):
             if self.producer[s] >= 0 or self.offset[s] < 0 or slot < 0 \
                     or arena.c_offload_cost(slot) == INFINITY:
                 continue
-            nxt = self.c_next_read(s)
-            if nxt == INFINITY:
-                continue
+            copies = self._copies(s)
+            nxt = self.c_dies_at(s) if self.release_pricing else -1.0
+            if nxt >= 0.0:
+                # released unread: an offload frees its room only until then, and its copy
+                # never comes back (with a cached host copy, leaving copies nothing)
+                copies = 0.0 if self.on_host[s] == 2 else \
+                    <double>self.arena.request_size(self.size[s]) * self.d2h_rate
+            else:
+                nxt = self.c_next_read(s)
+                if nxt == INFINITY:
+                    continue
             until = nxt - now_ref
             if until < 1.0:
                 until = 1.0
             stale = self.now - arena.c_last_access(slot)
             if not stale > 1.0:
                 stale = 1.0
-            arena.c_set_offload(slot, self._copies(s) * stale / until)
+            arena.c_set_offload(slot, copies * stale / until)
         self.ref_known.resize(kept)
         return 0
 
@@ -591,6 +626,15 @@ cdef class _Tier(_Room):
         lookahead, or s read nowhere in the reference)."""
         cdef double t = self.c_next_read(s)
         if t == INFINITY:
+            return None
+        return t - self.ref_time[self.ref_pos]
+
+    def dies_at(self, int s):
+        """The time from the start of the op running now until the reference releases storage
+        s, when it reads s no more before then (as price() counts it for a storage released
+        unread); None otherwise, or when not known."""
+        cdef double t = self.c_dies_at(s)
+        if t < 0.0:
             return None
         return t - self.ref_time[self.ref_pos]
 

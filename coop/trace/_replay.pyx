@@ -258,6 +258,7 @@ cdef class Replayer:
     cdef readonly long long records
     cdef readonly int last_op          # the program op of the last call or mutate run, or -1
     cdef vector[int] read_ptr, reads   # the engine's reference: per value, the records reading it
+    cdef vector[Py_ssize_t] release_at  # ... and the record releasing it (-1: none)
 
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
                  copy_cost=None, host_budget=None, link=None, int lookahead=0):
@@ -301,6 +302,10 @@ cdef class Replayer:
         for v in range(p.n_values):
             count[v + 1] += count[v]
         self.read_ptr = count
+        self.release_at.assign(p.n_values, -1)
+        for i in range(n):
+            if p.rec_kind[i] == R_RELEASE:
+                self.release_at[p.rec_arg[i]] = i
         self.reads.assign(count[p.n_values], 0)
         last.assign(p.n_values, -1)
         for i in range(n):
@@ -432,6 +437,7 @@ cdef class Replayer:
         if self.read_ptr.size() > 0:
             self.engine.c_ref_reads(s, self.reads.data() + self.read_ptr[v],
                                     self.read_ptr[v + 1] - self.read_ptr[v])
+            self.engine.c_ref_release(s, self.release_at[v])
         return 0
 
     cdef int _apply(self, int t, bint mutate) except -1:
