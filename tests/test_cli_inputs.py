@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from _traces import write_trace
+from _traces import TRACE, write_trace
 
 from coop.cli.main import main
 
@@ -170,33 +170,12 @@ def page_figures(path):
     return json.loads(found.group(1).replace("<\\/", "</"))["figures"]
 
 
-def offload_call(name, inputs, out, size):
-    return {"op": "call", "name": name, "inputs": inputs,
-            "outputs": [{"id": out, "size": size, "alias": -1}], "cost": 1e4}
-
-
-#: tests/test_host_tier.py's trace: at 6144 bytes w (2048) must leave for the host tier
-#: twice; a tier of 1024 bytes refuses it and the run runs out of memory
-OFFLOAD = [{"op": "meta", "alignment": 512},
-           {"op": "constant", "id": 0, "size": 2048},
-           offload_call("f", [0], 1, 2048),
-           offload_call("g", [1], 2, 3072),
-           {"op": "release", "id": 1},
-           offload_call("m1", [2], 3, 512),
-           offload_call("m2", [3], 4, 512),
-           {"op": "release", "id": 3},
-           offload_call("h", [0, 2], 5, 512),
-           {"op": "release", "id": 5},
-           {"op": "release", "id": 4},
-           offload_call("k", [2], 6, 2048)]
-
-
 @pytest.mark.parametrize("argv, status", [
     (["--host-budget", "1024"], "oom"),
     (["--host-budget", "2KiB", "--lookahead", "0", "--device", "h200"], "ok"),
 ])
 def test_the_timeline_draws_the_run_the_table_shows(tmp_path, capsys, argv, status):
-    trace = write_trace(tmp_path / "t.jsonl", OFFLOAD)
+    trace = write_trace(tmp_path / "t.jsonl", TRACE)
     out = tmp_path / "out.html"
     code = main(["replay", str(trace), "--budget", "6144B", "--policy", "coop-offload",
                  "--json", "--timeline", str(out), *argv])

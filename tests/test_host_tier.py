@@ -13,7 +13,7 @@ from _arena import SEARCH_TIMES
 from _gradcheck import deep_mlp, deep_mlp_loss
 from _late_copies import LateCopies
 from _training import step
-from _traces import write_trace
+from _traces import TRACE, call, write_trace
 
 import coop
 import coop.trace.replay as R
@@ -28,30 +28,6 @@ from coop.trace._replay import Replayer
 
 A100 = DEVICES["a100-80gb"]
 D2H, H2D = A100.d2h_ns_per_byte, A100.h2d_ns_per_byte    # 0.04 ns per byte each way
-
-
-def call(name, inputs, out, size, cost=1e4):
-    return {"op": "call", "name": name, "inputs": inputs,
-            "outputs": [{"id": out, "size": size, "alias": -1}], "cost": cost}
-
-
-#: w (2048 bytes) is read by f and, after g, m1 and m2, by h; a budget of 6144 cannot hold w
-#: beside g's input and output (2048 + 3072), nor beside k's (3072 + 2048): w must leave twice,
-#: and nothing else can (every other piece is an input of the op that needs the room)
-TRACE = [
-    {"op": "meta", "alignment": 512},
-    {"op": "constant", "id": 0, "size": 2048},
-    call("f", [0], 1, 2048),
-    call("g", [1], 2, 3072),
-    {"op": "release", "id": 1},
-    call("m1", [2], 3, 512),
-    call("m2", [3], 4, 512),
-    {"op": "release", "id": 3},
-    call("h", [0, 2], 5, 512),
-    {"op": "release", "id": 5},
-    {"op": "release", "id": 4},
-    call("k", [2], 6, 2048),
-]
 
 
 @pytest.fixture
