@@ -435,3 +435,19 @@ def test_real_device_budget_larger_than_the_device():
     assert isinstance(info.value, cupy.cuda.memory.OutOfMemoryError)
     assert 0 < info.value.free <= total and f"free of {total}" in str(info.value)
     assert pool.total_bytes() == 0
+
+
+@pytest.mark.skipif(cupy.cuda.is_available(), reason="a CUDA device is visible here")
+def test_without_a_device_the_pool_says_what_needs_one_and_the_fix():
+    """On a machine without a usable device (here, as in CI: no driver), a budget that is a
+    share of the device's memory, a runtime on the pool and an allocation through it raise one
+    CoopError naming the missing device and the host's allocator, not CuPy's runtime error."""
+    message = (r"coop: coop.allocator needs a CUDA device, and .*; on the host use "
+               r"coop.numpy_allocator, or give coop.allocator base= for memory the caller owns")
+    with pytest.raises(coop.CoopError, match=message):
+        coop.allocator("50%")
+    with pytest.raises(coop.CoopError, match=message):
+        coop.Runtime(coop.allocator("6GiB"))
+    with pytest.raises(coop.CoopError, match=message):
+        with coop.allocator("6GiB"):
+            cupy.empty(10)

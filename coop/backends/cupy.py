@@ -54,7 +54,7 @@ from coop.backends._cupy_pool import PieceOwner, adopt, serve
 from coop.backends import streams
 from coop.backends.base import Backend
 from coop.budget import Budget, host_memory_bytes, parse_budget
-from coop.errors import HostMemoryError, OutOfMemoryError
+from coop.errors import CoopError, HostMemoryError, OutOfMemoryError
 
 __all__ = ["CoopMemoryPool", "CupyOutOfMemoryError", "EventTimer", "HostCopy", "allocator"]
 
@@ -81,13 +81,36 @@ class CupyOutOfMemoryError(_CupyOOM, OutOfMemoryError):
 
 # ---- the driver, in one place (base= pools call none of these; tests replace them) ----------
 
+#: the CUDA runtime's errors that mean no device can be used at all: cudaErrorInsufficientDriver
+#: (no driver, or one older than CuPy's runtime), cudaErrorNoDevice, cudaErrorInitializationError
+_NO_DEVICE = {35: "the CUDA driver is missing or older than CuPy's CUDA runtime",
+              100: "no CUDA device is visible", 3: "the CUDA driver failed to initialise"}
+
+
+@contextlib.contextmanager
+def _device_needed(what):
+    """CoopError, naming what needed a device and the fix, for a CUDA runtime error that means
+    there is none (other errors go through as CuPy raised them)."""
+    try:
+        yield
+    except CUDARuntimeError as e:
+        why = _NO_DEVICE.get(getattr(e, "status", None))
+        if why is None:
+            raise
+        raise CoopError(f"coop: {what} needs a CUDA device, and {why} ({e}); on the host use "
+                        f"coop.numpy_allocator, or give coop.allocator base= for memory the "
+                        f"caller owns") from None
+
+
 def _current_device_id():
-    return cupy.cuda.runtime.getDevice()
+    with _device_needed("coop.allocator"):
+        return cupy.cuda.runtime.getDevice()
 
 
 def _mem_info(device_id):
     """(free, total) bytes of the device."""
-    return cupy.cuda.Device(device_id).mem_info
+    with _device_needed("coop.allocator"):
+        return cupy.cuda.Device(device_id).mem_info
 
 
 def _cuda_malloc(nbytes):
@@ -95,7 +118,8 @@ def _cuda_malloc(nbytes):
 
 
 def _device_name(device_id):
-    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    with _device_needed("a coop.Runtime on coop.allocator"):
+        name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
