@@ -145,6 +145,10 @@ def test_a_bad_replay_argument_is_one_line_and_status_2(files, capsys, argv, mes
     (["--jobs", "-2"], "--jobs must be >= 1"),
     (["--policies", ""], "--policies names no policy"),
     (["--models", "none"], "nothing to sweep"),
+    (["--models", ""], "--models names no model; give paper models from resnet50, resnet152, "
+                       "inception_v3, unet, bert_large, swin_t, bilstm, densenet121, gpt2, or "
+                       "'none' for the traces alone"),
+    (["--models", " , "], "--models names no model"),
     (["--models", "none", "a-directory"], "is not a file"),
     (["--models", "none", "good.jsonl", "--out", "good.jsonl"], "is a file, not a directory"),
 ])

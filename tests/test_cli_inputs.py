@@ -214,3 +214,133 @@ def test_the_readmes_bad_budget_command_prints_the_readmes_line(good, capsys):
     assert found, "the README shows the command that prints a bad budget's line"
     assert main(["replay", str(good), found.group(1)]) == 2
     assert one_line(capsys).err == found.group(2) + "\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--first-step"], "--first-step needs an offloading policy (coop-offload, capuchin)"),
+    (["--lookahead", "8"], "--lookahead needs an offloading policy (coop-offload, capuchin)"),
+    (["--device", "h200"], "--device needs an offloading policy (coop-offload, capuchin)"),
+    (["--policy", "coop,dtr", "--lookahead", "0"],
+     "--lookahead needs an offloading policy (coop-offload, capuchin)"),
+    (["--policy", "coop,coop"], "a policy is named twice in 'coop,coop'"),
+    (["--policy", "coop, dtr,coop"], "a policy is named twice in 'coop, dtr,coop'"),
+    (["--bogus"], "unrecognized arguments: --bogus (see coop replay --help)"),
+])
+def test_a_host_tier_option_without_an_offloading_policy_is_a_usage_line(good, capsys, argv,
+                                                                         message):
+    """The host tier's options are refused, as --host-budget is, where no policy offloads
+    (they changed nothing); a policy named twice is refused as coop bench refuses it; an
+    unknown argument points to the command's help."""
+    assert main(["replay", str(good), "--budget", "0.5", *argv]) == 2
+    captured = one_line(capsys)
+    assert captured.err == f"coop replay: {message}\n"
+    assert captured.out == ""
+
+
+def test_a_usage_error_under_debug_shows_the_traceback_and_exits_2(good, capsys):
+    for argv in (["--debug", "replay"], ["replay", "--debug"]):
+        assert main([*argv, str(good), "--budget", "abc"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("Traceback") and "coop replay: budget 'abc': not a budget" in err
+    run = subprocess.run([sys.executable, "-m", "coop", "--debug", "replay", str(good),
+                          "--budget", "abc"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert run.returncode == 2 and "Traceback" in run.stderr, run.stderr
+
+
+def test_the_failure_line_gives_the_records_line_in_the_trace(tmp_path, capsys):
+    """The record index counts from 0 without meta; the line is the file's (meta, a blank line
+    and, in a DTR log, the MEMORY and ALIAS lines counted)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (GOOD[0], GOOD[1])) + "\n"
+                    + json.dumps(GOOD[2]) + "\n")
+    assert main(["replay", str(path), "--budget", "0.5"]) == 3
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "coop: oom at record 1 of 2 (line 4): a request of 8,192 bytes found no room within "
+        "the budget of 6,144 (largest free range 2,048 bytes; no choice made room)")
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"INSTRUCTION": "CONSTANT", "NAME": "x"},
+        {"INSTRUCTION": "MEMORY", "NAME": "x", "MEMORY": "4096"},
+        {"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["x"], "RESULT": ["y"], "TIME": "5"},
+        {"INSTRUCTION": "MEMORY", "NAME": "y", "MEMORY": "8192"},
+        {"INSTRUCTION": "ALIAS", "NAME": "y", "ALIAS": "-1"})))
+    assert main(["replay", str(log), "--budget", "0.5"]) == 3
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "coop: oom at record 1 of 2 (line 3): a request of 8,192 bytes")
+
+
+def test_a_trace_with_a_byte_order_mark_replays_as_without(good, tmp_path, capsys):
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + good.read_bytes())
+    assert main(["replay", str(good), "--budget", "1.0", "--json"]) == 0
+    plain = results(capsys.readouterr().out)
+    assert main(["replay", str(bom), "--budget", "1.0", "--json"]) == 0
+    assert results(capsys.readouterr().out) == plain
+
+
+@pytest.mark.parametrize("text, message", [
+    # cut inside a string: the decoder meets the newline
+    ('{"INSTRUCTION": "CONSTANT", "NAME": "z"}\n{"INSTRUCTION": "MEMORY", "NAME": "z", "MEMO\n',
+     "t.jsonl:2: not JSON (Invalid control character at column 45): the line ends inside a "
+     "value, as if the trace was cut off; give the whole trace (one complete record per line)"),
+    # cut inside a string, no newline at the end
+    ('{"op": "constant", "id": 0, "size": 8}\n{"op": "cons',
+     "t.jsonl:2: not JSON (Unterminated string starting at column 8): the line ends inside a "
+     "value, as if the trace was cut off; give the whole trace (one complete record per line)"),
+    # cut between fields
+    ('{"op": "constant", "id": 0,\r\n',
+     "t.jsonl:1: not JSON (Expecting property name enclosed in double quotes at column 28): "
+     "the line ends inside a value, as if the trace was cut off; give the whole trace (one "
+     "complete record per line)"),
+    # not cut: the column of the problem
+    ('{"op": "constant", "id": tru, "size": 8}\n', "t.jsonl:1: not JSON (Expecting value at "
+                                                   "column 26)"),
+])
+def test_a_line_that_is_not_json_gives_its_column_and_says_when_it_looks_cut_off(
+        tmp_path, capsys, text, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text(text, newline="")
+    assert main(["replay", str(path), "--budget", "0.5"]) == 1
+    assert one_line(capsys).err == (f"coop replay: error: {tmp_path / message} (--debug shows "
+                                    "the traceback)\n")
+
+
+@pytest.mark.parametrize("records, line, message", [
+    ([{"op": "meta", "alignment": 3}, *GOOD[1:]], 1,
+     "the meta record's alignment must be a power of two in [1, 2**30], got 3"),
+    ([GOOD[1], {"op": "meta", "copy_cost": -1}, GOOD[2]], 2,
+     "the meta record's copy_cost must be a finite number >= 0 (the cost of copying one byte), "
+     "got -1"),
+    # the later meta record's field is the one read
+    ([{"op": "meta", "host_budget": 64}, GOOD[1], {"op": "meta", "host_budget": -1}, GOOD[2]],
+     3, "the meta record's host_budget must be a number of bytes in [0, 2**62], got -1"),
+])
+def test_a_bad_meta_field_names_its_line(tmp_path, capsys, records, line, message):
+    path = write_trace(tmp_path / "t.jsonl", records)
+    assert main(["replay", str(path), "--budget", "0.5"]) == 1
+    assert one_line(capsys).err == (f"coop replay: error: {path}:{line}: {message} (--debug "
+                                    "shows the traceback)\n")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    ("0", "MUTATE field 'MUTATE' must list indices into the 2 ARGS (e.g. [0] or [\"0\"]), got "
+          "'0'"),
+    (["2"], "MUTATE field 'MUTATE' must list indices into the 2 ARGS (e.g. [0] or [\"0\"]), "
+            "got ['2']"),
+    ([], "MUTATE field 'MUTATE' must list indices into the 2 ARGS (e.g. [0] or [\"0\"]), got "
+         "[]"),
+    (["0", "1"], "MUTATE ['0', '1'] names one storage twice (ARGS ['x', 'y']); list each "
+                 "mutated storage once"),
+])
+def test_a_bad_dtr_mutate_names_the_dtr_field(tmp_path, capsys, mutate, message):
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"INSTRUCTION": "CONSTANT", "NAME": "x"},
+        {"INSTRUCTION": "MEMORY", "NAME": "x", "MEMORY": "64"},
+        {"INSTRUCTION": "COPY", "SRC": "x", "DST": "y"},
+        {"INSTRUCTION": "MUTATE", "NAME": "add_", "ARGS": ["x", "y"], "MUTATE": mutate,
+         "TIME": "1"})))
+    assert main(["replay", str(path), "--budget", "1.0", "--format", "dtr"]) == 1
+    assert one_line(capsys).err == (f"coop replay: error: {path}:4: {message} (--debug shows "
+                                    "the traceback)\n")

@@ -404,9 +404,9 @@ HOST_CALL = {"op": "call", "name": "f", "inputs": [], "cost": 1, "allocs": [64, 
     ([{"op": "call", "name": "f", "inputs": [], "outputs": [{"id": 1, "size": 8}],
        "cost": 10 ** 400}], r"t.jsonl:1: cost must be a finite number >= 0"),
     ([{"op": "constant", "id": 0, "size": (1 << 62) + 1}], r"t.jsonl:1: size must be in"),
-    ([{"op": "meta", "alignment": 3}], r"t.jsonl: the meta record's alignment must be a power"),
+    ([{"op": "meta", "alignment": 3}], r"t.jsonl:1: the meta record's alignment must be a power"),
     # the meta fields a replay reads (a fuzzed copy_cost of [] reached float())
-    ([{"op": "meta", "copy_cost": []}], r"t.jsonl: the meta record's copy_cost must be a "
+    ([{"op": "meta", "copy_cost": []}], r"t.jsonl:1: the meta record's copy_cost must be a "
                                          r"finite number >= 0 \(the cost of copying one byte\), "
                                          r"got \[\]"),
     ([{"op": "meta", "copy_cost": -1}], r"copy_cost must be a finite number >= 0"),

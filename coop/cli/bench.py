@@ -86,6 +86,9 @@ def _names(text, known, what):
     names = [n.strip() for n in text.split(",") if n.strip()]
     if what == "model" and names == ["none"]:
         return []
+    if what == "model" and not names:
+        raise UsageError(f"coop bench: --models names no model; give paper models from "
+                         f"{', '.join(known)}, or 'none' for the traces alone")
     for n in names:
         if n not in known:
             raise UsageError(f"coop bench: unknown {what} {n[:80]!r}; choose from "

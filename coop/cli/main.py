@@ -8,6 +8,7 @@ closes early (`coop replay ... --json | head`) ends quietly with status 141, as 
 import argparse
 import os
 import sys
+import traceback
 
 from coop.errors import UsageError
 
@@ -17,6 +18,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but an argument the command does not take points to the command's help
+        (argparse reports it from the main parser: `see coop --help`)."""
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(args, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extras)} (see {prog} "
+                             "--help)")
+        return args
 
 
 def parser():
@@ -54,9 +66,10 @@ def main(argv=None):
         _silence_stdout()
         return BROKEN_PIPE
     except UsageError as e:
-        if debug:
-            raise
-        _say(str(e))
+        if debug:      # the traceback, and still a usage error's status
+            traceback.print_exc()
+        else:
+            _say(str(e))
         return 2
     except (Exception, RecursionError, MemoryError) as e:   # noqa: BLE001 - the command's face
         if debug:

@@ -23,6 +23,7 @@ import sys
 from coop.budget import Budget, EmptyBudget, parse_budget
 from coop.engine.cost import DEVICES
 from coop.trace import replay as R
+from coop.trace.compile import load_lines
 from coop.errors import CoopError, UsageError
 from coop.engine.policies import POLICIES
 from coop.trace import valid_alignment
@@ -91,12 +92,14 @@ def add_arguments(parser):
     parser.add_argument("--host-budget", default=None,
                         help="bytes the host tier may hold (an offloading policy: coop-offload); "
                              "default: no limit")
-    parser.add_argument("--lookahead", type=_lookahead, default=R.DEFAULT_LOOKAHEAD,
-                        help="ops ahead whose offloaded inputs come back early, up to "
-                             f"{MAX_LOOKAHEAD:,} (default {R.DEFAULT_LOOKAHEAD})")
+    # None: not given (an option of the host tier, refused without an offloading policy)
+    parser.add_argument("--lookahead", type=_lookahead, default=None,
+                        help="ops ahead whose offloaded inputs come back early (an offloading "
+                             f"policy), up to {MAX_LOOKAHEAD:,} (default "
+                             f"{R.DEFAULT_LOOKAHEAD})")
     parser.add_argument("--device", choices=list(DEVICES), default=None,
                         help="the cost model whose host link prices copies to and from the "
-                             "host (default: the trace's)")
+                             "host (an offloading policy; default: the trace's)")
     parser.add_argument("--first-step", action="store_true",
                         help="replay as a live run's first step: an offloading policy's host "
                              "tier opens at the first choice that needs it (default: below the "
@@ -216,23 +219,33 @@ def main(args):
         if p not in POLICIES:
             raise UsageError(f"coop replay: unknown policy {p[:80]!r}; choose from "
                              f"{', '.join(POLICIES)}")
+    if len(set(policies)) != len(policies):
+        raise UsageError(f"coop replay: a policy is named twice in {args.policy[:200]!r}")
     try:
         budget = read_budget(args.budget)
         nbytes = None if budget.is_share else budget.resolve()
     except ValueError as e:
         raise UsageError(f"coop replay: {e}") from None
     offloading = [p for p in policies if POLICIES[p].offload]
+    if not offloading:
+        # the host tier's options: without a policy that offloads they would change nothing
+        for option, given in (("--host-budget", args.host_budget is not None),
+                              ("--lookahead", args.lookahead is not None),
+                              ("--device", args.device is not None),
+                              ("--first-step", args.first_step)):
+            if given:
+                raise UsageError(f"coop replay: {option} needs an offloading policy "
+                                 f"({', '.join(p for p in POLICIES if POLICIES[p].offload)})")
+    if args.lookahead is None:
+        args.lookahead = R.DEFAULT_LOOKAHEAD
     if args.host_budget is not None:
-        if not offloading:
-            raise UsageError(f"coop replay: --host-budget needs an offloading policy "
-                             f"({', '.join(p for p in POLICIES if POLICIES[p].offload)})")
         try:
             _short(args.host_budget, Budget("1"))
             parse_budget(args.host_budget)
         except ValueError as e:
             raise UsageError(f"coop replay: --host-budget: {e}") from None
     paths = _timeline_paths(args, policies) if args.timeline is not None else None
-    program = R.load(args.trace, args.format)
+    program, lines = load_lines(args.trace, args.format)
     base = R.unlimited(program, args.alignment)
     peak = base["peak_bytes"]
     align = R._alignment(program, args.alignment)
@@ -281,7 +294,7 @@ def main(args):
         print(f"{label:{width}}  " + "  ".join(cells))
     for r in results:
         if r["status"] != "ok":
-            print(failure(r, program.n_records))
+            print(failure(r, program.n_records, lines))
     return status
 
 
@@ -301,10 +314,14 @@ def _cell(result, key, fmt):
     return fmt.format(value)
 
 
-def failure(result, n_records):
-    """One line: where a run that did not complete stopped, and why."""
-    where = f"{result['policy']}: {result['status']} at record {result['failed_record']:,} of " \
-            f"{n_records:,}"
+def failure(result, n_records, lines=None):
+    """One line: where a run that did not complete stopped, and why (lines: the trace's line
+    number of each record, coop.trace.compile.load_lines's; a run that thrashed at its end
+    stopped past the last record, on no line)."""
+    record = result["failed_record"]
+    where = f"{result['policy']}: {result['status']} at record {record:,} of {n_records:,}"
+    if lines is not None and record < len(lines) and lines[record] is not None:
+        where += f" (line {lines[record]:,})"
     if result["status"] == "oom":
         line = (f"{where}: a request of {result['failed_request']:,} bytes found no room within "
                 f"the budget of {result['budget_bytes']:,} (largest free range "

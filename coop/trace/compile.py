@@ -13,15 +13,22 @@ def load(path, format=None):
     """Read and compile a trace file (coop's format, or a DTR log: sniffed when format is None).
     A pipe is read once, so it loads as the same trace in a file does; a trace with no record
     but meta is a TraceError, in either format."""
+    return load_lines(path, format)[0]
+
+
+def load_lines(path, format=None):
+    """(program, lines): load's program, and the file's line number of each of its records
+    (a failed replay's failed_record indexes it; the constants a `start` makes have its
+    line)."""
     if format not in (None, "coop", "dtr"):
         raise ValueError(f"unknown trace format {format!r}; choose 'coop' or 'dtr'")
     data = read_once(path)
     format = format or sniff(path, data)
     records = list(read_records(path, data) if format == "coop" else import_dtr(path, data))
-    program = compile_program(records, str(path))    # a bad meta record first
+    program, lines = _compile(records, str(path))    # a bad meta record first
     if all(r["op"] == "meta" for _, r in records):
         raise TraceError(f"{path}: {EMPTY}")
-    return program
+    return program, lines
 
 
 def compile_program(records, where="<records>"):
@@ -31,11 +38,17 @@ def compile_program(records, where="<records>"):
     become constants. Ids become dense value indices; a reference to an unknown or released id
     is an error naming its line.
     """
+    return _compile(records, where)[0]
+
+
+def _compile(records, where):
+    """compile_program's program, and the line number of each of its records (None where
+    records are plain)."""
     items = [(lr if isinstance(lr, tuple) else (None, lr)) for lr in records]
     start = max((i for i, (_, r) in enumerate(items) if r["op"] == "start"), default=-1)
-    meta = {}
+    meta, meta_lines = {}, {}    # meta_lines: field -> the line of the meta record giving it
     index, sizes, live = {}, [], set()
-    out_records, ops, names = [], [], []
+    out_records, ops, names, lines = [], [], [], []
     cost_kind = {"expensive": EXPENSIVE, "cheap": 1}
 
     def loc(lineno):
@@ -68,10 +81,13 @@ def compile_program(records, where="<records>"):
                 prefix_sizes.pop(r["id"], None)
             elif kind == "meta":
                 meta.update(r)
+                meta_lines.update(dict.fromkeys(r, lineno))
         for tid, size in prefix_sizes.items():
             out_records.append((KINDS["constant"], value(tid, size)))
+            lines.append(items[start][0])
     for lineno, r in items[start + 1:]:
         kind = r["op"]
+        n_out = len(out_records)
         if kind == "constant":
             if r["id"] in live:
                 raise TraceError(f"{loc(lineno)}: id {r['id']} is defined twice")
@@ -125,45 +141,48 @@ def compile_program(records, where="<records>"):
             out_records.append((KINDS[kind], index[r["id"]]))
         elif kind == "meta":
             meta.update(r)
+            meta_lines.update(dict.fromkeys(r, lineno))
+        lines.extend([lineno] * (len(out_records) - n_out))
     meta.pop("op", None)
     align = meta.get("alignment")
     if align is not None and not valid_alignment(align):
-        raise TraceError(f"{where}: the meta record's alignment must be a power of two in "
-                         f"[1, 2**30], got {show(align)}")
-    _check_meta(meta, where)
+        raise TraceError(f"{loc(meta_lines['alignment'])}: the meta record's alignment must be "
+                         f"a power of two in [1, 2**30], got {show(align)}")
+    _check_meta(meta, lambda field: loc(meta_lines[field]))
     if not math.isfinite(sum(op[5] for op in ops if not op[7])):
         raise TraceError(f"{where}: the ops' costs add up to more than a float holds; give "
                          "costs in ns")
-    return Program(len(sizes), sizes, out_records, ops, names, meta, where)
+    return Program(len(sizes), sizes, out_records, ops, names, meta, where), lines
 
 
 def _check_meta(meta, where):
     """The meta fields a replay reads besides alignment: copy_cost a finite number >= 0,
     host_link [d2h, h2d] two of them, cost_model a device's name (an unknown name falls back
     to the a100-80gb), host_budget bytes (an integer in [0, 2**62]), room_price a finite
-    number >= 0."""
+    number >= 0. where(field): the file and line of the meta record that gave field."""
     rate = meta.get("copy_cost")
     if rate is not None and not is_cost(rate):
-        raise TraceError(f"{where}: the meta record's copy_cost must be a finite number >= 0 "
-                         f"(the cost of copying one byte), got {show(rate)}")
+        raise TraceError(f"{where('copy_cost')}: the meta record's copy_cost must be a finite "
+                         f"number >= 0 (the cost of copying one byte), got {show(rate)}")
     link = meta.get("host_link")
     if link is not None and not (isinstance(link, list) and len(link) == 2
                                  and all(is_cost(x) for x in link)):
-        raise TraceError(f"{where}: the meta record's host_link must be [d2h, h2d], two finite "
-                         f"numbers >= 0 (the cost of copying one byte each way), got "
-                         f"{show(link)}")
+        raise TraceError(f"{where('host_link')}: the meta record's host_link must be [d2h, "
+                         f"h2d], two finite numbers >= 0 (the cost of copying one byte each "
+                         f"way), got {show(link)}")
     model = meta.get("cost_model")
     if model is not None and not isinstance(model, str):
-        raise TraceError(f"{where}: the meta record's cost_model must be a device's name (a "
-                         f"string such as \"a100-80gb\"), got {show(model)}")
+        raise TraceError(f"{where('cost_model')}: the meta record's cost_model must be a "
+                         f"device's name (a string such as \"a100-80gb\"), got {show(model)}")
     price = meta.get("room_price")
     if price is not None and not is_cost(price):
-        raise TraceError(f"{where}: the meta record's room_price must be a finite number >= 0 "
-                         f"(the room's price per byte in coop's window), got {show(price)}")
+        raise TraceError(f"{where('room_price')}: the meta record's room_price must be a "
+                         f"finite number >= 0 (the room's price per byte in coop's window), got "
+                         f"{show(price)}")
     budget = meta.get("host_budget")
     if budget is not None and not (is_int(budget) and 0 <= budget <= MAX_BYTES):
-        raise TraceError(f"{where}: the meta record's host_budget must be a number of bytes in "
-                         f"[0, 2**62], got {show(budget)}")
+        raise TraceError(f"{where('host_budget')}: the meta record's host_budget must be a "
+                         f"number of bytes in [0, 2**62], got {show(budget)}")
 
 
 def _check_events(events, allocs, sizes, where):

@@ -130,10 +130,21 @@ def import_dtr(path, data=None):
                 if release:
                     yield lineno, release
         elif instr == "MUTATE":
-            inputs = [lookup(a, lineno) for a in names_field(rec, "ARGS", lineno, instr)]
+            args = names_field(rec, "ARGS", lineno, instr)
+            inputs = [lookup(a, lineno) for a in args]
             mutated = field(rec, "MUTATE", lineno, instr)
             if isinstance(mutated, list):
                 mutated = [m if (m := _integer(v)) is not None else v for v in mutated]
+            n = len(inputs)
+            if not isinstance(mutated, list) or not mutated \
+                    or not all(is_int(m) and 0 <= m < n for m in mutated):
+                raise TraceError(f"{where(lineno)}: MUTATE field 'MUTATE' must list indices "
+                                 f"into the {n} ARGS (e.g. [0] or [\"0\"]), got "
+                                 f"{show(rec['MUTATE'])}")
+            if len({inputs[m] for m in mutated}) != len(mutated):
+                raise TraceError(f"{where(lineno)}: MUTATE {show(rec['MUTATE'])} names one "
+                                 f"storage twice (ARGS {[args[m] for m in mutated]}); list each "
+                                 f"mutated storage once")
             name = str(field(rec, "NAME", lineno, instr))[:200]
             yield lineno, check_record(
                 {"op": "mutate", "name": name, "inputs": inputs, "mutated": mutated,

@@ -145,10 +145,15 @@ def read_once(path):
         raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
 
 
+#: the byte order mark an editor may write at the start of a UTF-8 file (read past)
+BOM = b"\xef\xbb\xbf"
+
+
 def json_lines(path, data=None):
     """(line number, parsed JSON) per non-blank line of the trace at path (or of data, its
-    bytes, where read_once read them); TraceError for a file that cannot be read, text that
-    is not UTF-8, a line that is not JSON, NaN or Infinity, deep nesting."""
+    bytes, where read_once read them; a leading UTF-8 byte order mark is skipped);
+    TraceError for a file that cannot be read, text that is not UTF-8, a line that is not JSON
+    (one cut off inside a value says so), NaN or Infinity, deep nesting."""
     try:
         f = open(path, "rb") if data is None else io.BytesIO(data)
     except OSError as e:
@@ -157,6 +162,8 @@ def json_lines(path, data=None):
         lineno = 0
         try:
             for lineno, raw in enumerate(f, 1):
+                if lineno == 1 and raw.startswith(BOM):
+                    raw = raw[len(BOM):]    # as many editors write one
                 line = raw.decode("utf-8")
                 if line.strip():
                     yield lineno, _parse(line, path, lineno)
@@ -171,7 +178,14 @@ def _parse(line, path, lineno):
     try:
         record = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise TraceError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+        # the column in this line (the decoder's counts from a "\r" or "\n" it ends with)
+        column = min(e.pos, len(line.rstrip("\r\n"))) + 1
+        problem = f"{e.msg.removesuffix(' at')} at column {column}"
+        if e.msg.startswith("Unterminated string") or e.pos >= len(line.rstrip()):
+            raise TraceError(f"{path}:{lineno}: not JSON ({problem}): the line ends inside a "
+                             "value, as if the trace was cut off; give the whole trace (one "
+                             "complete record per line)") from None
+        raise TraceError(f"{path}:{lineno}: not JSON ({problem})") from None
     except (ValueError, RecursionError) as e:   # NaN, Infinity, a 5,000-digit number, nesting
         raise TraceError(f"{path}:{lineno}: not a JSON record coop reads "
                          f"({str(e)[:80] or type(e).__name__})") from None
