@@ -303,6 +303,27 @@ def check_identical(params, comm):
                                f"0..{comm.size - 1}")
 
 
+def check_layout(params, buffers, comm):
+    """Raise ValueError, on every rank, unless every rank holds parameters and buffers of the
+    same count, shapes and dtypes (one allgather): a rank with another model would otherwise
+    fail alone in the first broadcast while the others wait in it forever."""
+    mine = ([(tuple(p.shape), str(p.dtype)) for p in params],
+            [(tuple(b.shape), str(b.dtype)) for b in buffers])
+    everyone = comm.allgather(mine)
+    for what, k in (("parameters", 0), ("buffers", 1)):
+        lists = [e[k] for e in everyone]
+        if all(x == lists[0] for x in lists):
+            continue
+        counts = [len(x) for x in lists]
+        if len(set(counts)) > 1:
+            raise ValueError(f"the ranks' models differ: {what} per rank {counts}; every rank "
+                             f"must build the same model")
+        i = next(i for i in range(counts[0]) if len({tuple(x[i]) for x in lists}) > 1)
+        raise ValueError(f"the ranks' models differ: {what[:-1]} {i} is "
+                         f"{', '.join(f'{x[i][0]} {x[i][1]}' for x in lists)} on ranks "
+                         f"0..{len(lists) - 1}; every rank must build the same model")
+
+
 class DataParallel:
     """One rank's side of data-parallel training of a model (or a list of parameters).
 
@@ -321,8 +342,16 @@ class DataParallel:
         self.buffers = [b for _, b in model.named_buffers()] \
             if hasattr(model, "named_buffers") else []
         _runtime_of(self.params)
+        if not all(hasattr(comm, name) for name in ("rank", "size", "allgather")):
+            raise TypeError(f"DataParallel needs a communicator (coop.distributed.init()), got "
+                            f"{type(comm).__name__}")
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) \
+                or bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be a number of bytes >= 1, got "
+                             f"{bucket_bytes!r}")
         self.comm = comm
-        self.bucket_bytes = int(bucket_bytes)
+        self.bucket_bytes = bucket_bytes
+        check_layout(self.params, self.buffers, comm)
         self.checks = 0
         self.syncs = 0
         self.buckets = 0

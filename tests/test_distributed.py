@@ -2,6 +2,7 @@
 over 2 MPI ranks (``mpiexec -n 2``, the mpich wheel's) against one process with twice the batch."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -146,6 +147,34 @@ def test_mpi_takes_host_arrays_and_init_names_its_backends():
         comm.allreduce_([1.0])
     with pytest.raises(ValueError, match="backend must be 'mpi' or 'nccl', got 'gloo'"):
         distributed.init("gloo")
+
+
+@pytest.mark.parametrize("other, message", [
+    (lambda mine: (mine[0][:-1], mine[1]), r"the ranks' models differ: parameters per rank "
+                                            r"\[6, 5\]; every rank must build the same model"),
+    (lambda mine: ([((32, 4), "float32")] + mine[0][1:], mine[1]),
+     r"the ranks' models differ: parameter 0 is \(3, 32\) float32, \(32, 4\) float32 on "
+     r"ranks 0..1; every rank must build the same model"),
+])
+def test_data_parallel_refuses_ranks_with_different_models(other, message):
+    """Every rank checks the others' parameter shapes and dtypes before the first broadcast,
+    which a rank with another model would fail in alone while the rest waited forever."""
+    rt = coop.Runtime(coop.numpy_allocator("8MiB"), cost="cpu")
+    model = models.MLP(rt, [3, 32, 16, 4])
+
+    class TwoRanks(distributed.MPICommunicator):
+        def allgather(self, value):
+            return [value, other(value)]
+
+    with pytest.raises(ValueError, match=message):
+        distributed.DataParallel(model, TwoRanks(MPI.COMM_SELF))
+    for bad in (0, -5, "1MiB", 1.5):
+        with pytest.raises(ValueError, match=f"bucket_bytes must be a number of bytes >= 1, got "
+                                             f"{re.escape(repr(bad))}"):
+            distributed.DataParallel(model, distributed.MPICommunicator(MPI.COMM_SELF),
+                                     bucket_bytes=bad)
+    with pytest.raises(TypeError, match="DataParallel needs a communicator"):
+        distributed.DataParallel(model, None)
 
 
 def test_check_identical_names_the_differing_parameter():
