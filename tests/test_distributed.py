@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -305,3 +306,14 @@ def test_nccl_one_rank_average_leaves_gradients_bit_identical():
     opt.step()
     dp.check_identical()
     rt.arena.check()
+
+
+def test_the_training_docs_data_parallel_block_runs_as_written(tmp_path):
+    """docs/training.md's data-parallel block, run as written in one process (one rank)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "training.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "DataParallel" in b)
+    script = tmp_path / "train.py"
+    script.write_text(block)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
