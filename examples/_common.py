@@ -1,5 +1,9 @@
-"""What the training examples share: backend choice, runtime, budget ratios, the run's plot."""
+"""What the examples share: the command line (one-line usage errors, checked values), backend
+choice, runtime, budget ratios, the run's plot."""
+import argparse
+import math
 import os
+import re
 import sys
 
 import matplotlib
@@ -46,6 +50,94 @@ def usage_error(script, message):
     raise SystemExit(2)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse for an example: a bad argument is one line on stderr naming it and the fix,
+    exit status 2 (no usage block); --help shows every option's default."""
+
+    def __init__(self, script, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(prog=script, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        # argparse shows a default only beside help text: an option without any gets its own
+        if "help" not in kwargs and kwargs.get("action") not in ("store_true", "store_false"):
+            kwargs["help"] = "(default: %(default)s)"
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message):
+        # "argument --steps: must be at least 1, got 0" -> "--steps must be at least 1, got 0"
+        checked = re.fullmatch(r"argument (\S+): (must be .*)", message, flags=re.S)
+        if checked:
+            message = f"{checked.group(1)} {checked.group(2)}"
+        elif message.startswith(("argument ", "unrecognized arguments")):  # argparse's own
+            message = f"{message} (see {self.prog} --help)"
+        usage_error(self.prog, message)
+
+
+def checked(noun, convert, ok, requirement):
+    """An argparse type: convert(text), which must satisfy ok; else "must be <requirement>"."""
+    def parse(text):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {noun} {requirement}, got {text!r}") \
+                from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
+        return value
+    parse.__name__ = noun
+    return parse
+
+
+def _finite(convert):
+    def parse(text):
+        value = convert(text)
+        if not math.isfinite(value):
+            raise ValueError(text)
+        return value
+    return parse
+
+
+positive_int = checked("a whole number", int, lambda v: v >= 1, "at least 1")
+non_negative_int = checked("a whole number", int, lambda v: v >= 0, "at least 0")
+positive_float = checked("a number", _finite(float), lambda v: v > 0, "more than 0")
+non_negative_float = checked("a number", _finite(float), lambda v: v >= 0, "at least 0")
+fraction = checked("a number", _finite(float), lambda v: 0 < v < 1,
+                   "between 0 and 1, both excluded")
+rate = checked("a number", _finite(float), lambda v: 0 <= v < 1, "at least 0 and below 1")
+
+
+def check_out(script, out, option="--out"):
+    """Refuse an output directory that cannot be made or written, before any work."""
+    path = os.path.abspath(out)
+    if os.path.exists(path) and not os.path.isdir(path):
+        usage_error(script, f"{option} {out}: is a file, not a directory; give a directory")
+    parent = path
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        usage_error(script, f"{option} {out}: {parent} is a file, so the directory cannot be "
+                            "made; give another directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        usage_error(script, f"{option} {out}: {parent} is not writable; give a directory you "
+                            "can write")
+
+
+def arena_alignment(backend):
+    """The alignment (bytes) of every piece of the backend's arena: the least budget."""
+    if backend == "cupy":
+        from coop.backends.cupy import ALIGNMENT
+        return ALIGNMENT
+    return 64      # coop.numpy_allocator's
+
+
+def check_alignment(script, option, text, nbytes, backend):
+    alignment = arena_alignment(backend)
+    if nbytes < alignment:
+        usage_error(script, f"{option} {text}: {nbytes:,} bytes holds no {alignment}-byte "
+                            f"aligned piece of the arena; give at least {alignment} bytes")
+
+
 def check_backend(script, backend):
     """--backend cupy needs CuPy and a CUDA device: say which is missing."""
     if backend != "cupy":
@@ -66,16 +158,17 @@ def start(script, args, argv):
     check_backend(script, args.backend)
     args.backend = args.backend or default_backend()
     for option, budget in (("--budget", read_budget), ("--probe-budget", Budget)):
+        text = getattr(args, option[2:].replace("-", "_"))
         try:
-            value = budget(getattr(args, option[2:].replace("-", "_")))
+            value = budget(text)
             if not value.is_share:
-                value.resolve(limit=host_memory_bytes(), limit_name="this host's memory")
+                nbytes = value.resolve(limit=host_memory_bytes(),
+                                       limit_name="this host's memory")
         except (TypeError, ValueError) as e:
             usage_error(script, f"{option}: {e}")
-    for name in ("steps", "probe_steps"):
-        if getattr(args, name) < 1:
-            usage_error(script, f"--{name.replace('_', '-')} must be at least 1, got "
-                                f"{getattr(args, name)}")
+        if not value.is_share:
+            check_alignment(script, option, text, nbytes, args.backend)
+    check_out(script, args.out)
     if args.update_in_backward and (getattr(args, "clip", 0) or getattr(args, "distributed",
                                                                           False)):
         usage_error(script, IN_BACKWARD_CONFLICT)
@@ -99,13 +192,37 @@ def read_budget(text):
     return Budget(text, of="the unlimited peak (measured by a short probe)")
 
 
-def resolve_budget(args, probe):
+def unlimited_peak(script, args, train_probe):
+    """peak_used_bytes of the unlimited probe: train_probe() trains --probe-steps steps under
+    --probe-budget and returns its runtime. It must run as if unlimited: a probe that evicted or
+    offloaded measured a capped peak, and one that ran out of memory none, so either is a usage
+    error naming --probe-budget."""
+    problem = (f"--probe-budget {args.probe_budget} cannot hold the unlimited probe "
+               f"({args.probe_steps} steps of policy {args.policy})")
+    try:
+        stats = train_probe().stats()
+    except coop.CoopError as e:
+        usage_error(script, f"{problem}: it failed ({type(e).__name__}); raise --probe-budget")
+    if stats["evictions"] or stats.get("offloads"):
+        usage_error(script, f"{problem}: it had to evict ({stats['evictions']:,} evictions, "
+                            f"{stats.get('offloads', 0):,} offloads), so its peak is not the "
+                            "unlimited one; raise --probe-budget")
+    return stats["peak_used_bytes"]
+
+
+def resolve_budget(script, args, probe):
     """(bytes, unlimited peak or None), printed: a share ("0.5x", "50%") runs probe() -> the
-    unlimited peak first; a size is bytes. Checked before the probe by main's usage()."""
+    unlimited peak first; a size is bytes. Checked before the probe by start()."""
     budget = read_budget(args.budget)
     if budget.is_share:
         peak = probe()
-        nbytes = budget.resolve(peak, limit=host_memory_bytes(), limit_name="this host's memory")
+        try:
+            nbytes = budget.resolve(peak, limit=host_memory_bytes(),
+                                    limit_name="this host's memory")
+        except ValueError as e:
+            usage_error(script, f"--budget: {e}")
+        check_alignment(script, "--budget", f"{args.budget} of {peak:,} bytes", nbytes,
+                        args.backend)
         print(f"unlimited probe ({args.probe_steps} steps): peak arena use {peak / MB:.2f} MiB "
               f"-> budget {args.budget} = {nbytes:,} bytes ({nbytes / MB:.2f} MiB)")
         return nbytes, peak
@@ -123,15 +240,17 @@ def add_run_options(p, budget, steps, budget_example, out):
                    choices=[name for name, p in POLICIES.items() if not p.ideal])
     p.add_argument("--backend", default=None, choices=["numpy", "cupy"],
                    help="default: cupy when cupy.cuda.is_available(), else numpy")
-    p.add_argument("--cost", default="cpu",
+    p.add_argument("--cost", default="cpu", choices=[*coop.DEVICES, "timing"],
                    help='cost model: "cpu" (deterministic), another device name, or "timing"')
-    p.add_argument("--steps", type=int, default=steps)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--probe-steps", type=int, default=2)
-    p.add_argument("--probe-budget", default="4GiB", help="budget of the unlimited probe")
-    p.add_argument("--out", default=out)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--steps", type=positive_int, default=steps)
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--log-every", type=non_negative_int, default=50,
+                   help="print the loss every this many steps (0: never)")
+    p.add_argument("--probe-steps", type=positive_int, default=2)
+    p.add_argument("--probe-budget", default="4GiB",
+                   help="budget of the unlimited probe: it must hold the run without evicting")
+    p.add_argument("--out", default=out, help="directory for the PNG")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--update-in-backward", action="store_true",
                    help="update each parameter inside the backward pass as soon as its gradient "
                         "is complete (coop.optim's backward_step): the same training, bit for "

@@ -30,7 +30,6 @@ find one range large enough.
 
 Run (after `pip install .`): python examples/fragmentation.py [--budget 0.4] [--policies ...]
 """
-import argparse
 import os
 import sys
 import time
@@ -47,6 +46,12 @@ from tqdm import tqdm  # noqa: E402
 import coop  # noqa: E402
 from coop.budget import Budget  # noqa: E402
 from coop.engine.policies import get_policy  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
+from _common import (Parser, check_out, non_negative_int, positive_float,  # noqa: E402
+                     positive_int, usage_error)
+
+SCRIPT = "examples/fragmentation.py"
 
 MB = 1 << 20
 FREE, CHEAP_USED, EXPENSIVE_USED, ANONYMOUS = range(4)
@@ -283,27 +288,45 @@ def report_rows(runtime, failed_at, baseline_cost, total_steps):
     ]
 
 
+def check_budget(text, spec, peak):
+    """The budget's bytes (a share: of peak); one the arena cannot hold a piece in, or a share
+    of less than a byte, is a usage error."""
+    try:
+        budget = spec.resolve(peak)
+    except ValueError as e:
+        usage_error(SCRIPT, f"--budget: {e}")
+    alignment = coop.Arena(1 << 20).alignment
+    if budget < alignment:
+        usage_error(SCRIPT, f"--budget {text}: {budget:,} bytes holds no {alignment}-byte "
+                            f"aligned piece of the arena; give at least {alignment} bytes")
+    return budget
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(SCRIPT, description=__doc__.splitlines()[0])
     parser.add_argument("--budget", default="0.5",
                         help='a share of the unlimited peak ("0.5", "0.5x", "50%%") or a size '
                              '("64MiB")')
-    parser.add_argument("--layers", type=int, default=16)
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--unit-mib", type=float, default=8.0, help="largest activation size A")
-    parser.add_argument("--matmul-density", type=float, default=32.0,
+    parser.add_argument("--layers", type=positive_int, default=16)
+    parser.add_argument("--iterations", type=positive_int, default=3)
+    parser.add_argument("--unit-mib", type=positive_float, default=8.0,
+                        help="largest activation size A")
+    parser.add_argument("--matmul-density", type=positive_float, default=32.0,
                         help="cost per byte of a matmul relative to an elementwise op")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--policies", nargs="+", default=["dtr", "coop"], choices=POLICIES)
-    parser.add_argument("--bins", type=int, default=400, help="address bins of the memory map")
+    parser.add_argument("--bins", type=positive_int, default=400,
+                        help="address bins of the memory map")
     parser.add_argument("--out", default="fragmentation_out", help="directory for the PNGs")
     args = parser.parse_args(argv)
     names = args.policies
     try:
         spec = Budget(args.budget, of="the unlimited peak", bare="ratio")
     except (TypeError, ValueError) as e:
-        print(f"examples/fragmentation.py: error: --budget: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        usage_error(SCRIPT, f"--budget: {e}")
+    if not spec.is_share:       # a size: checked before the unlimited run
+        check_budget(args.budget, spec, None)
+    check_out(SCRIPT, args.out)
 
     tensors, steps = build_program(args.layers, args.iterations, int(args.unit_mib * MB),
                                    args.matmul_density, args.seed)
@@ -311,7 +334,7 @@ def main(argv=None):
     unlimited, failed = run(tensors, steps, total, "none", 0, "unlimited")
     if failed is not None:
         raise RuntimeError(f"the unlimited run ran out of memory: {failed[1]}")
-    budget = spec.resolve(unlimited.peak)
+    budget = check_budget(args.budget, spec, unlimited.peak)
     ratio = f"{budget / unlimited.peak:.3g}"
     print(f"command: {' '.join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}")
     print(f"program: {len(tensors)} tensors, {len(steps)} steps; unlimited peak "
@@ -325,9 +348,10 @@ def main(argv=None):
         columns[name] = report_rows(runtime, failed_at, unlimited.executed, len(steps))
         path = os.path.join(args.out, f"memory_map_{name}.png")
         verdict = columns[name][0][1]
-        save_memory_map(runtime, path, f"{name} at ratio {ratio}: {verdict}, "
-                        f"{runtime.arena.stats()['evictions']} evictions")
-        saved.append(path)
+        if runtime.rows:       # none where the policy ran out of memory at its first op
+            save_memory_map(runtime, path, f"{name} at ratio {ratio}: {verdict}, "
+                            f"{runtime.arena.stats()['evictions']} evictions")
+            saved.append(path)
         if failed_at is not None:
             print(f"{name} ran out of memory: {failed_at[1]}")
 
@@ -336,7 +360,8 @@ def main(argv=None):
     print(f"\n{'':{width}}  " + "  ".join(f"{n:>18}" for n in names))
     for i, label in enumerate(labels):
         print(f"{label:{width}}  " + "  ".join(f"{columns[n][i][1]:>18}" for n in names))
-    print("\nmemory maps: " + ", ".join(saved))
+    print("\nmemory maps: " + (", ".join(saved) or "none (every policy ran out of memory at its "
+                                                  "first op)"))
 
 
 if __name__ == "__main__":

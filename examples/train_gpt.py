@@ -2,10 +2,11 @@
 
 Corpus (licence-clean, nothing downloaded, nothing cached): the docstrings of a fixed, sorted
 list of pure-Python standard-library modules (CORPUS_MODULES below; Python Software Foundation
-licence). Each module's source is read from disk (not imported) and parsed with `ast`; the module,
-class and function docstrings are collected in the order `ast.walk` visits them, cleaned with
-`inspect.cleandoc` and joined with blank lines. Characters outside printable ASCII become "?".
-The text differs a little between Python versions: the run prints the version, the modules, the
+licence). Each module's source file is read from the standard library's directory (not
+imported: every interpreter reads the same files, whatever it holds frozen) and parsed with
+`ast`; the module, class and function docstrings are collected in the order `ast.walk` visits
+them, cleaned with `inspect.cleandoc` and joined with blank lines. Characters outside
+printable ASCII become "?". The text differs a little between Python versions: the run prints the version, the modules, the
 corpus size and a checksum. The last `--val-fraction` of the text is held out for evaluation.
 
 Workload: `coop.models.GPT` (pre-LN, tied LM head) of `--layers` blocks, `--heads` heads, width
@@ -35,14 +36,13 @@ budget (on a GPU: its own device, NCCL) and trains on its slice of --batch windo
 batch of 2 x --batch; gradients are averaged in buckets in the arena (coop.distributed). The
 losses printed are the ranks' mean; rank 0 prints, with a table of every rank's figures.
 """
-import argparse
 import ast
 import hashlib
-import importlib.util
 import inspect
 import math
 import os
 import sys
+import sysconfig
 import time
 
 # Small matrices: one BLAS thread is as fast, and a multithreaded OpenBLAS stalls badly when
@@ -54,22 +54,28 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from coop import models, optim  # noqa: E402
+from coop.budget import parse_budget  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # examples/_common.py
-from _common import (MB, add_distributed_options, add_run_options, make_runtime,  # noqa: E402
-                     plot_run, print_summary, resolve_budget, run_main, run_training, start,
-                     start_distributed)
+from _common import (MB, Parser, add_distributed_options, add_run_options,  # noqa: E402
+                     fraction, make_runtime, non_negative_float, non_negative_int, plot_run,
+                     positive_float, positive_int, print_summary, rate, resolve_budget, run_main,
+                     run_training, start, start_distributed, unlimited_peak)
 
+SCRIPT = "examples/train_gpt.py"
 
-# Pure-Python standard-library modules present in every CPython >= 3.11 build, sorted.
+# Pure-Python standard-library modules present in every CPython >= 3.11 build, sorted; each is
+# read from its source file in the standard library's directory, so every interpreter reads the
+# same files (Python 3.11 freezes abc, codecs, io and os, and imports them without one: they
+# are not here).
 CORPUS_MODULES = sorted([
-    "abc", "argparse", "ast", "base64", "bisect", "calendar", "cmd", "code", "codecs",
+    "argparse", "ast", "base64", "bisect", "calendar", "cmd", "code",
     "collections", "colorsys", "configparser", "contextlib", "copy", "csv", "dataclasses",
     "datetime", "decimal", "difflib", "dis", "doctest", "email.message", "enum", "filecmp",
     "fileinput", "fnmatch", "fractions", "ftplib", "functools", "getopt", "gettext", "glob",
-    "gzip", "hashlib", "heapq", "hmac", "html", "imaplib", "inspect", "io", "ipaddress", "json",
+    "gzip", "hashlib", "heapq", "hmac", "html", "imaplib", "inspect", "ipaddress", "json",
     "keyword", "linecache", "locale", "logging", "mailbox", "mimetypes", "numbers", "operator",
-    "optparse", "os", "pathlib", "pdb", "pickle", "pkgutil", "platform", "plistlib", "poplib",
+    "optparse", "pathlib", "pdb", "pickle", "pkgutil", "platform", "plistlib", "poplib",
     "pprint", "queue", "quopri", "random", "re", "reprlib", "sched", "selectors", "shelve",
     "shlex", "shutil", "smtplib", "socket", "socketserver", "statistics", "string", "subprocess",
     "tarfile", "tempfile", "textwrap", "threading", "timeit", "tokenize", "trace", "traceback",
@@ -81,12 +87,14 @@ CORPUS_MODULES = sorted([
 # ---- corpus --------------------------------------------------------------------------------
 
 
-def _source_file(name):
-    spec = importlib.util.find_spec(name)
-    origin = spec.origin if spec else None
-    if spec and spec.submodule_search_locations:      # a package: its __init__.py
-        origin = os.path.join(list(spec.submodule_search_locations)[0], "__init__.py")
-    return origin if origin and origin.endswith(".py") and os.path.exists(origin) else None
+def _source_file(name, stdlib=None):
+    """The module's source file in the standard library's directory (a package: its
+    __init__.py), or None. By path, not by import: the import system may hold a module frozen."""
+    base = os.path.join(stdlib or sysconfig.get_path("stdlib"), *name.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def build_corpus(modules=CORPUS_MODULES):
@@ -173,7 +181,6 @@ def train(args, data, budget, steps, progress=True, log=print, comm=None):
         return run_training(rt, model, opt, lambda rng: data.batch(rng, args.batch, args.block),
                             args, steps, progress, log, **schedule)
     from coop.distributed import DataParallel
-    from coop.budget import parse_budget
     dp = DataParallel(model, comm, parse_budget(args.bucket_bytes))
     mine = slice(comm.rank * args.batch, (comm.rank + 1) * args.batch)
 
@@ -199,9 +206,10 @@ def evaluate(model, data, args, batches):
 
 
 def probe_peak(args, data):
-    """peak_used_bytes of a short run with an (effectively) unlimited budget."""
-    run = train(args, data, args.probe_budget, args.probe_steps, progress=False, log=None)
-    return run["rt"].stats()["peak_used_bytes"]
+    """peak_used_bytes of a short run under --probe-budget that must not evict (else a usage
+    error naming --probe-budget)."""
+    return unlimited_peak(SCRIPT, args, lambda: train(
+        args, data, args.probe_budget, args.probe_steps, progress=False, log=None)["rt"])
 
 
 
@@ -226,35 +234,60 @@ def print_ranks(comm, run, budget, batch):
 
 
 def parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(SCRIPT, description=__doc__.split("\n")[0])
     add_run_options(p, budget="0.5x", steps=600, budget_example="256MB", out="train_gpt_out")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--block", type=int, default=64, help="context length (characters)")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--lr", type=float, default=6e-3, help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=50,
+    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--heads", type=positive_int, default=4,
+                   help="attention heads (a divisor of --d-model)")
+    p.add_argument("--d-model", type=positive_int, default=64)
+    p.add_argument("--block", type=positive_int, default=64, help="context length (characters)")
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--dropout", type=rate, default=0.0)
+    p.add_argument("--lr", type=positive_float, default=6e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=non_negative_int, default=50,
                    help="steps of linear learning-rate warmup, then a cosine decay")
-    p.add_argument("--final-lr-ratio", type=float, default=0.1,
+    p.add_argument("--final-lr-ratio", type=non_negative_float, default=0.1,
                    help="the learning rate at the last step, as a share of --lr")
-    p.add_argument("--clip", type=float, default=1.0,
+    p.add_argument("--clip", type=non_negative_float, default=1.0,
                    help="largest global gradient norm (0: no clipping)")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--val-fraction", type=float, default=0.1)
-    p.add_argument("--eval-batches", type=int, default=20)
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
+    p.add_argument("--val-fraction", type=fraction, default=0.1,
+                   help="the share of the corpus held out, at its end")
+    p.add_argument("--eval-batches", type=positive_int, default=20,
+                   help="held-out batches the final loss is measured on")
     add_distributed_options(p)
     return p
 
 
+def check_args(p, args):
+    """What one option's type cannot check: options against each other."""
+    if args.d_model % args.heads:
+        p.error(f"--d-model {args.d_model} is not a multiple of --heads {args.heads}; give a "
+                "--d-model that --heads divides")
+    try:
+        parse_budget(args.bucket_bytes)
+    except (TypeError, ValueError) as e:
+        p.error(f"--bucket-bytes: {e}")
+
+
+def check_data(p, args, data):
+    """Each split must hold a window of --block + 1 characters."""
+    for name, ids, fix in (("training", data.train, "lower --val-fraction"),
+                           ("held-out", data.val, "raise --val-fraction")):
+        if len(ids) < args.block + 2:
+            p.error(f"--val-fraction {args.val_fraction} leaves {len(ids):,} {name} characters, "
+                    f"fewer than --block {args.block} + 2; {fix} or lower --block")
+
+
 def main(argv=None):
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    check_args(p, args)
     comm = start_distributed(args)
-    start("examples/train_gpt.py", args, argv)
+    start(SCRIPT, args, argv)
     text, used_modules = build_corpus()
     data = CharData(text, args.val_fraction)
+    check_data(p, args, data)
     print(f"corpus: docstrings of {len(used_modules)} standard-library modules of Python "
           f"{sys.version.split()[0]} ({len(text):,} characters, sha256 {data.checksum}):")
     print("  " + ", ".join(used_modules))
@@ -263,7 +296,7 @@ def main(argv=None):
           f"{unigram:.3f} nats; train {len(data.train):,} / held-out {len(data.val):,} chars")
 
     begin = time.perf_counter()
-    budget, peak = resolve_budget(args, lambda: probe_peak(args, data))
+    budget, peak = resolve_budget(SCRIPT, args, lambda: probe_peak(args, data))
     print(f"model: GPT layers={args.layers} heads={args.heads} d_model={args.d_model} "
           f"block={args.block} batch={args.batch}; policy {args.policy}, backend {args.backend}, "
           f"cost {args.cost}")
@@ -279,7 +312,8 @@ def main(argv=None):
     model = run["model"]
     print(f"parameters: {model.num_parameters():,}")
     print_summary([("initial train loss", f"{run['losses'][0]:.4f}"),
-                   ("final train loss (mean of last 10)", f"{np.mean(run['losses'][-10:]):.4f}"),
+                   (f"final train loss (mean of last {len(run['losses'][-10:])})",
+                    f"{np.mean(run['losses'][-10:]):.4f}"),
                    ("held-out loss", f"{val_loss:.4f}"),
                    ("unigram entropy", f"{unigram:.4f}"),
                    ("ln(vocab)", f"{math.log(data.vocab):.4f}")],
@@ -298,4 +332,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(run_main("examples/train_gpt.py", main))
+    sys.exit(run_main(SCRIPT, main))

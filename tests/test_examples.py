@@ -136,3 +136,152 @@ def test_update_in_backward_refuses_clipping_with_the_fix(capsys):
         "examples/train_gpt.py: error: --update-in-backward updates each parameter as soon as "
         "its own gradient is complete, so it cannot clip the global gradient norm first (pass "
         "--clip 0)"), err
+
+
+def one_line_error(capsys, run, argv):
+    """run(argv) must stop with status 2 and one line on stderr; returns that line."""
+    with pytest.raises(SystemExit) as info:
+        run(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("probe_budget, problem", [
+    ("130KiB", "it had to evict (6 evictions, 0 offloads), so its peak is not the unlimited one"),
+    ("120KiB", "it failed (OutOfMemoryError)"),
+])
+def test_a_probe_budget_below_the_unlimited_peak_is_refused(capsys, tmp_path, probe_budget,
+                                                             problem):
+    """The probe measures the unlimited peak (0.14 MiB here): one that had to evict measured its
+    own cap instead, so the share would be of the wrong peak."""
+    example = load_example("train_gpt")
+    err = one_line_error(capsys, example.main,
+                         ["--probe-budget", probe_budget, *TINY, "--out", str(tmp_path)])
+    assert err == (f"examples/train_gpt.py: error: --probe-budget {probe_budget} cannot hold the "
+                   f"unlimited probe (1 steps of policy coop): {problem}; raise "
+                   f"--probe-budget\n")
+
+
+@pytest.mark.parametrize("name, argv, message", [
+    ("train_gpt", ["--eval-batches", "0"], "--eval-batches must be at least 1, got 0"),
+    ("train_gpt", ["--val-fraction", "0"],
+     "--val-fraction must be between 0 and 1, both excluded, got 0"),
+    ("train_gpt", ["--val-fraction", "1.5"],
+     "--val-fraction must be between 0 and 1, both excluded, got 1.5"),
+    ("train_gpt", ["--val-fraction", "0.99999"],
+     "--val-fraction 0.99999 leaves 7 training characters, fewer than --block 64 + 2; lower "
+     "--val-fraction or lower --block"),
+    ("train_gpt", ["--cost", "foo"], "argument --cost: invalid choice: 'foo'"),
+    ("train_gpt", ["--distributed", "--bucket-bytes", "abc"],
+     "--bucket-bytes: budget 'abc': not a budget"),
+    ("train_gpt", ["--bucket-bytes", "0"], "--bucket-bytes: budget '0': must be more than 0"),
+    ("train_gpt", ["--bucket-bytes=-5"], "--bucket-bytes: budget '-5': must be more than 0"),
+    ("train_gpt", ["--batch", "0"], "--batch must be at least 1, got 0"),
+    ("train_gpt", ["--batch=-1"], "--batch must be at least 1, got -1"),
+    ("train_gpt", ["--block", "0"], "--block must be at least 1, got 0"),
+    ("train_gpt", ["--heads", "0"], "--heads must be at least 1, got 0"),
+    ("train_gpt", ["--heads", "3"],
+     "--d-model 64 is not a multiple of --heads 3; give a --d-model that --heads divides"),
+    ("train_gpt", ["--d-model", "0"], "--d-model must be at least 1, got 0"),
+    ("train_gpt", ["--dropout", "1.5"], "--dropout must be at least 0 and below 1, got 1.5"),
+    ("train_gpt", ["--warmup=-5"], "--warmup must be at least 0, got -5"),
+    ("train_gpt", ["--clip=-1"], "--clip must be at least 0, got -1"),
+    ("train_gpt", ["--lr=-1"], "--lr must be more than 0, got -1"),
+    ("train_gpt", ["--lr", "nan"], "--lr must be a number more than 0, got 'nan'"),
+    ("train_gpt", ["--seed=-1"], "--seed must be at least 0, got -1"),
+    ("train_gpt", ["--steps", "abc"], "--steps must be a whole number at least 1, got 'abc'"),
+    ("train_gpt", ["--budget", "10"], "--budget 10: 10 bytes holds no 64-byte aligned piece of "
+                                      "the arena; give at least 64 bytes"),
+    ("train_gpt", ["--bogus"], "unrecognized arguments: --bogus (see examples/train_gpt.py "
+                               "--help)"),
+    ("train_cnn", ["--test-fraction", "0"],
+     "--test-fraction must be between 0 and 1, both excluded, got 0"),
+    ("train_cnn", ["--test-fraction=-0.5"],
+     "--test-fraction must be between 0 and 1, both excluded, got -0.5"),
+    ("train_cnn", ["--test-fraction", "1.5"],
+     "--test-fraction must be between 0 and 1, both excluded, got 1.5"),
+    ("train_cnn", ["--layers=-1"], "--layers must be comma-separated whole numbers, each at "
+                                   "least 1 (\"8\", \"2,2\"), got '-1'"),
+    ("train_cnn", ["--layers", "0"], "--layers must be comma-separated whole numbers"),
+    ("train_cnn", ["--layers", "abc"], "--layers must be comma-separated whole numbers"),
+    ("train_cnn", ["--layers", "1,,2"], "--layers must be comma-separated whole numbers"),
+    ("train_cnn", ["--width", "0"], "--width must be at least 1, got 0"),
+    ("train_cnn", ["--batch", "0"], "--batch must be at least 1, got 0"),
+    ("train_cnn", ["--weight-decay=-1"], "--weight-decay must be at least 0, got -1"),
+    ("fragmentation", ["--layers=-2"], "--layers must be at least 1, got -2"),
+    ("fragmentation", ["--iterations", "0"], "--iterations must be at least 1, got 0"),
+    ("fragmentation", ["--unit-mib", "0"], "--unit-mib must be more than 0, got 0"),
+    ("fragmentation", ["--unit-mib=-1"], "--unit-mib must be more than 0, got -1"),
+    ("fragmentation", ["--matmul-density=-5"], "--matmul-density must be more than 0, got -5"),
+    ("fragmentation", ["--bins", "0"], "--bins must be at least 1, got 0"),
+    ("fragmentation", ["--bins=-5"], "--bins must be at least 1, got -5"),
+    ("fragmentation", ["--budget", "10B"], "--budget 10B: 10 bytes holds no 64-byte aligned "
+                                           "piece of the arena; give at least 64 bytes"),
+])
+def test_a_bad_value_is_refused_before_any_work(capsys, tmp_path, name, argv, message):
+    if name == "train_cnn":
+        pytest.importorskip("sklearn")
+    example = load_example(name)
+    extra = [] if name == "fragmentation" else ["--no-progress"]
+    err = one_line_error(capsys, example.main, [*argv, *extra, "--out", str(tmp_path / "out")])
+    assert err.startswith(f"examples/{name}.py: error: {message}"), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["train_gpt", "train_cnn", "fragmentation"])
+def test_an_out_that_is_a_file_is_refused_before_any_work(capsys, tmp_path, name):
+    if name == "train_cnn":
+        pytest.importorskip("sklearn")
+    (tmp_path / "file").write_text("")
+    example = load_example(name)
+    for out, problem in ((tmp_path / "file", "is a file, not a directory; give a directory"),
+                         (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is a file, so the "
+                                                     "directory cannot be made; give another "
+                                                     "directory")):
+        err = one_line_error(capsys, example.main, ["--out", str(out)])
+        assert err == f"examples/{name}.py: error: --out {out}: {problem}\n"
+
+
+def test_fragmentation_reports_a_policy_that_fails_at_its_first_op(capsys, tmp_path):
+    example = load_example("fragmentation")
+    example.main(["--budget", "100B", "--layers", "2", "--iterations", "1",
+                  "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "dtr ran out of memory" in out and "coop ran out of memory" in out
+    assert "OOM at step 0/" in out
+    assert out.endswith("memory maps: none (every policy ran out of memory at its first op)\n")
+
+
+def test_the_gpt_corpus_reads_every_listed_module_from_the_standard_library():
+    """By path, not through the import system (which holds some modules frozen): every
+    interpreter reads the same files, and none listed is skipped."""
+    example = load_example("train_gpt")
+    text, used = example.build_corpus()
+    assert used == example.CORPUS_MODULES and len(used) == 90
+    assert example.hashlib.sha256(text.encode()).hexdigest()[:12] == "af4950b29a19"
+
+
+def test_the_final_loss_says_how_many_steps_it_averages(capsys, tmp_path):
+    example = load_example("train_gpt")
+    example.main(["--budget", "256MiB", *TINY, "--steps", "3", "--out", str(tmp_path)])
+    assert "final train loss (mean of last 3)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("train_gpt", ["--seed SEED (default: 0)", "--layers LAYERS (default: 4)",
+                   "--batch BATCH (default: 16)", "--weight-decay WEIGHT_DECAY (default: 0.01)"]),
+    ("train_cnn", ["--seed SEED (default: 0)", "--width WIDTH (default: 8)",
+                   "--batch BATCH (default: 32)", "--lr LR (default: 0.05)"]),
+    ("fragmentation", ["--seed SEED (default: 0)", "--layers LAYERS (default: 16)",
+                       "--iterations ITERATIONS (default: 3)",
+                       "--unit-mib UNIT_MIB largest activation size A (default: 8.0)"]),
+])
+def test_help_shows_the_default_of_options_without_help_text(capsys, name, shown):
+    with pytest.raises(SystemExit) as info:
+        load_example(name).main(["--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for option in shown:
+        assert option in text, text
