@@ -102,6 +102,13 @@ def test_a_coop_trace_read_as_a_dtr_log_says_so(good, capsys):
         "DTR log (a coop trace? read it as one: --format coop) (--debug shows the traceback)\n")
 
 
+#: the usage lines of a thrash limit below 1 and of a lookahead beyond the replayer's int
+THRASH = ("argument --thrash: thrash must be a finite number >= 1, or 0 (never stop): a run's "
+          "compute overhead is at least 1.0 (default 2.0), got '{}' (see coop replay --help)")
+LOOKAHEAD = ("argument --lookahead: --lookahead must be a number of ops >= 0 and at most "
+             "2,147,483,647, got '{}' (see coop replay --help)")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--budget", "100B"],
      "budget '100B': 100 bytes is less than the arena's alignment, 512 bytes; give --budget "
@@ -121,18 +128,10 @@ def test_a_coop_trace_read_as_a_dtr_log_says_so(good, capsys):
      "--host-budget: budget '99999999999999999999'...: 5,000 characters, more than any budget "
      'has (2**62 bytes is 19 digits); give 2000000000 (bytes), a size ("6GiB", "512MB", '
      '"1.5 GiB")'),
-    (["--budget", "0.5", "--thrash", "0.5"],
-     "argument --thrash: thrash must be a finite number >= 1, or 0 (never stop): a run's "
-     "compute overhead is at least 1.0 (default 2.0), got '0.5' (see coop replay --help)"),
-    (["--budget", "0.5", "--thrash", "0.999"],
-     "argument --thrash: thrash must be a finite number >= 1, or 0 (never stop): a run's "
-     "compute overhead is at least 1.0 (default 2.0), got '0.999' (see coop replay --help)"),
-    (["--budget", "0.5", "--lookahead", "99999999999999999999999"],
-     "argument --lookahead: --lookahead must be a number of ops >= 0 and at most "
-     "2,147,483,647, got '99999999999999999999999' (see coop replay --help)"),
-    (["--budget", "0.5", "--lookahead", "2147483648"],
-     "argument --lookahead: --lookahead must be a number of ops >= 0 and at most "
-     "2,147,483,647, got '2147483648' (see coop replay --help)"),
+    *[(["--budget", "0.5", "--thrash", value], THRASH.format(value))
+      for value in ("0.5", "0.999")],
+    *[(["--budget", "0.5", "--lookahead", value], LOOKAHEAD.format(value))
+      for value in ("99999999999999999999999", "2147483648")],
     (["--budget", "0.5", "--timeline", ""],
      "--timeline names no file; give a path such as out.html"),
 ])
