@@ -6,8 +6,8 @@ licence). Each module's source file is read from the standard library's director
 imported: every interpreter reads the same files, whatever it holds frozen) and parsed with
 `ast`; the module, class and function docstrings are collected in the order `ast.walk` visits
 them, cleaned with `inspect.cleandoc` and joined with blank lines. Characters outside
-printable ASCII become "?". The text differs a little between Python versions: the run prints the version, the modules, the
-corpus size and a checksum. The last `--val-fraction` of the text is held out for evaluation.
+printable ASCII become "?". The text differs a little between Python versions: the run prints
+the version, the modules, the corpus size and a checksum. The last `--val-fraction` of the text is held out for evaluation.
 
 Workload: `coop.models.GPT` (pre-LN, tied LM head) of `--layers` blocks, `--heads` heads, width
 `--d-model`, context `--block` characters, dropout `--dropout`, trained by AdamW on random
