@@ -241,8 +241,10 @@ def test_a_usage_error_under_debug_shows_the_traceback_and_exits_2(good, capsys)
         assert main([*argv, str(good), "--budget", "abc"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("Traceback") and "coop replay: budget 'abc': not a budget" in err
+    # outside the checkout, whose coop/ sources `python -m` would otherwise find first
     run = subprocess.run([sys.executable, "-m", "coop", "--debug", "replay", str(good),
                           "--budget", "abc"], capture_output=True, text=True, timeout=120,
+                         cwd=good.parent,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert run.returncode == 2 and "Traceback" in run.stderr, run.stderr
 
