@@ -263,7 +263,8 @@ cdef class ArrayExecutor(Executor):
             result = kernel.fn(*arrays, **attrs) if attrs else kernel.fn(*arrays)
             elapsed = _ns() - start
             if i is not None:
-                if result is not None and not _same_array(result, arrays[i]):
+                if result is not None and not _same_array(result, arrays[i],
+                                                          self.backend.address_of):
                     raise TypeError(
                         f"kernel {kernel.name!r} is in-place (inplace={i}): it must write its "
                         f"input {i} and return None or that input, but returned "
@@ -610,18 +611,15 @@ def _as_array(xp, value):
 
 
 
-def _same_array(result, target):
+def _same_array(result, target, address_of):
     """result is target, or an array over target's very bytes (a view of it as it is: same
-    address, shape, strides and dtype), as an in-place kernel may return what it wrote."""
+    address, by the backend's address_of, shape, strides and dtype), as an in-place kernel may
+    return what it wrote."""
     if result is target:
         return True
     try:
         return (result.shape == target.shape and result.dtype == target.dtype
-                and result.strides == target.strides and _address(result) == _address(target))
-    except AttributeError:
+                and result.strides == target.strides
+                and address_of(result) == address_of(target))
+    except (AttributeError, TypeError):
         return False
-
-
-def _address(array):
-    data = array.data
-    return data.ptr if hasattr(data, "ptr") else array.__array_interface__["data"][0]

@@ -28,6 +28,7 @@ Launch with ``mpiexec -n 2 python train.py``.
 import hashlib
 import time
 
+from coop._checks import check_int
 from coop.kernel import Kernel
 
 #: default bucket size: large enough that a small model needs a few buckets, small enough to
@@ -345,12 +346,8 @@ class DataParallel:
         if not all(hasattr(comm, name) for name in ("rank", "size", "allgather")):
             raise TypeError(f"DataParallel needs a communicator (coop.distributed.init()), got "
                             f"{type(comm).__name__}")
-        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) \
-                or bucket_bytes < 1:
-            raise ValueError(f"bucket_bytes must be a number of bytes >= 1, got "
-                             f"{bucket_bytes!r}")
         self.comm = comm
-        self.bucket_bytes = bucket_bytes
+        self.bucket_bytes = check_int("bucket_bytes", bucket_bytes, 1)
         check_layout(self.params, self.buffers, comm)
         self.checks = 0
         self.syncs = 0

@@ -9,9 +9,8 @@ learning-rate schedule, so training runs converge from any seed.
 """
 import math
 
-import numpy
-
 from coop import ops
+from coop._checks import check_number
 from coop.kernel import Kernel
 from coop.nn.module import make_buffer
 from coop.ops._common import as_array, elementwise_flops, into
@@ -90,21 +89,6 @@ UPDATE_KERNELS = frozenset(k.name for k in (SGD_STEP, MOMENTUM, APPLY, SCALE, EM
                                             ADAMW))
 
 
-def _hyper(name, value, below_one=False):
-    """A hyperparameter as a float: a finite real number >= 0 (below 1 with below_one), or a
-    ValueError naming it, as the update would otherwise fail midway or train on NaN."""
-    bound = "in [0, 1)" if below_one else "a finite number >= 0"
-    if isinstance(value, (bool, str, bytes)):
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be {bound}, got {value!r}") from None
-    if not (math.isfinite(number) and number >= 0.0 and (number < 1.0 or not below_one)):
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-    return number
-
-
 class Optimizer:
     """Parameters (leaf Tensors of one runtime) and their per-parameter state tensors."""
 
@@ -123,7 +107,7 @@ class Optimizer:
         self.runtime = self.params[0].runtime
         if any(p.runtime is not self.runtime for p in self.params):
             raise ValueError("optimizer parameters belong to different runtimes")
-        self.lr = _hyper("lr", lr)
+        self.lr = check_number("lr", lr)
 
     def _zeros(self, p):
         """State for p: a zero constant of its shape and dtype (a spec in simulation)."""
@@ -174,8 +158,8 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
         super().__init__(params, lr)
-        self.momentum = _hyper("momentum", momentum)
-        self.weight_decay = _hyper("weight_decay", weight_decay)
+        self.momentum = check_number("momentum", momentum)
+        self.weight_decay = check_number("weight_decay", weight_decay)
         self.buffers = [self._zeros(p) for p in self.params] if momentum else None
 
     def _update(self, apply, i, p, g):
@@ -196,10 +180,10 @@ class AdamW(Optimizer):
         super().__init__(params, lr)
         if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-        self.betas = (_hyper("betas[0]", betas[0], below_one=True),
-                      _hyper("betas[1]", betas[1], below_one=True))
-        self.eps = _hyper("eps", eps)
-        self.weight_decay = _hyper("weight_decay", weight_decay)
+        self.betas = (check_number("betas[0]", betas[0], below=1.0),
+                      check_number("betas[1]", betas[1], below=1.0))
+        self.eps = check_number("eps", eps)
+        self.weight_decay = check_number("weight_decay", weight_decay)
         self.m = [self._zeros(p) for p in self.params]
         self.v = [self._zeros(p) for p in self.params]
         self.counts = [0] * len(self.params)   # per parameter: the steps it took (bias correction)
@@ -220,10 +204,8 @@ def clip_grad_norm(params, max_norm):
 
     The norm is computed by coop ops and the scaling is an in-place kernel, so both run under
     the runtime's budget like any other op."""
-    if isinstance(max_norm, (bool, str, bytes)) or not isinstance(
-            max_norm, (int, float, numpy.integer, numpy.floating)) or not max_norm > 0:
-        raise ValueError(f"clip_grad_norm: max_norm must be a number > 0 (inf: no clipping), "
-                         f"got {max_norm!r}")
+    # inf: the norm, no clipping
+    check_number("clip_grad_norm: max_norm", max_norm, above_minimum=True, finite=False)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0

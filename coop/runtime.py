@@ -7,13 +7,13 @@ Python does what only Python can (call the kernel, find where its outputs landed
 Tensors); every residency rule is the engine's, the same that replays traces.
 """
 import collections
-import math
 import contextvars
 import threading
 import warnings
 
 import numpy
 
+from coop._checks import check_int, check_number
 from coop._core import CHEAP, EXPENSIVE, LOG_MOVE, log_records
 from coop._executor import ArrayExecutor, OpRecord, SimExecutor, gather
 from coop.arrays import host_copy
@@ -60,21 +60,8 @@ class Runtime:
             host_budget = parse_budget(host_budget, name="host_budget")
         if classifier not in ("type", "density"):
             raise ValueError(f"classifier must be 'type' or 'density', got {classifier!r}")
-        if isinstance(density_threshold, (bool, str, bytes)) or not isinstance(
-                density_threshold, (int, float, numpy.integer, numpy.floating)) \
-                or not math.isfinite(density_threshold) or density_threshold < 0:
-            raise ValueError(f"density_threshold must be a finite number of ns per byte >= 0, "
-                             f"got {density_threshold!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, numpy.integer)) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-        if isinstance(lookahead, bool) or not isinstance(lookahead, (int, numpy.integer)) \
-                or not 0 <= lookahead <= 1 << 30:
-            raise ValueError(f"lookahead must be a number of ops in [0, 2**30], got "
-                             f"{lookahead!r}")
-        if lookahead and not record.offload:
-            raise ValueError(f"policy {record.name!r} has no host tier, so lookahead="
-                             f"{lookahead} would go unused: use an offloading policy "
-                             f"(policy='coop-offload'), or leave lookahead out")
+        check_number("density_threshold", density_threshold)   # ns per byte
+        check_int("seed", seed)
         arena = backend.arena if isinstance(backend, Backend) else None
         if arena is None:
             raise TypeError(f"a coop.Runtime needs a coop backend (coop.numpy_allocator, "

@@ -123,19 +123,13 @@ def check_out(script, out, option="--out"):
                             "can write")
 
 
-def arena_alignment(backend):
-    """The alignment (bytes) of every piece of the backend's arena: the least budget."""
-    if backend == "cupy":
-        from coop.backends.cupy import ALIGNMENT
-        return ALIGNMENT
-    return 64      # coop.numpy_allocator's
-
-
 def check_alignment(script, option, text, nbytes, backend):
-    alignment = arena_alignment(backend)
-    if nbytes < alignment:
-        usage_error(script, f"{option} {text}: {nbytes:,} bytes holds no {alignment}-byte "
-                            f"aligned piece of the arena; give at least {alignment} bytes")
+    """Refuse a budget the backend's arena cannot be made of (below one aligned piece): the
+    allocator's own check, made now (no memory is touched), as a usage error."""
+    try:
+        coop.allocator(nbytes) if backend == "cupy" else coop.numpy_allocator(nbytes)
+    except ValueError as e:
+        usage_error(script, f"{option} {text}: {e}")
 
 
 def check_backend(script, backend):

@@ -295,10 +295,10 @@ def check_budget(text, spec, peak):
         budget = spec.resolve(peak)
     except ValueError as e:
         usage_error(SCRIPT, f"--budget: {e}")
-    alignment = coop.Arena(1 << 20).alignment
-    if budget < alignment:
-        usage_error(SCRIPT, f"--budget {text}: {budget:,} bytes holds no {alignment}-byte "
-                            f"aligned piece of the arena; give at least {alignment} bytes")
+    try:
+        coop.Arena(budget)          # the arena's own check: at least one aligned piece
+    except ValueError as e:
+        usage_error(SCRIPT, f"--budget {text}: {e}")
     return budget
 
 

@@ -170,7 +170,7 @@ def test_data_parallel_refuses_ranks_with_different_models(other, message):
     with pytest.raises(ValueError, match=message):
         distributed.DataParallel(model, TwoRanks(MPI.COMM_SELF))
     for bad in (0, -5, "1MiB", 1.5):
-        with pytest.raises(ValueError, match=f"bucket_bytes must be a number of bytes >= 1, got "
+        with pytest.raises(ValueError, match=f"bucket_bytes must be an int >= 1, got "
                                              f"{re.escape(repr(bad))}"):
             distributed.DataParallel(model, distributed.MPICommunicator(MPI.COMM_SELF),
                                      bucket_bytes=bad)

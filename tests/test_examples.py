@@ -192,8 +192,8 @@ def test_a_probe_budget_below_the_unlimited_peak_is_refused(capsys, tmp_path, pr
     ("train_gpt", ["--lr", "nan"], "--lr must be a number more than 0, got 'nan'"),
     ("train_gpt", ["--seed=-1"], "--seed must be at least 0, got -1"),
     ("train_gpt", ["--steps", "abc"], "--steps must be a whole number at least 1, got 'abc'"),
-    ("train_gpt", ["--budget", "10"], "--budget 10: 10 bytes holds no 64-byte aligned piece of "
-                                      "the arena; give at least 64 bytes"),
+    ("train_gpt", ["--budget", "10"], "--budget 10: an arena of 10 bytes holds no 64-byte "
+                                      "aligned piece; give a budget of at least 64 bytes"),
     ("train_gpt", ["--bogus"], "unrecognized arguments: --bogus (see examples/train_gpt.py "
                                "--help)"),
     ("train_cnn", ["--test-fraction", "0"],
@@ -217,8 +217,9 @@ def test_a_probe_budget_below_the_unlimited_peak_is_refused(capsys, tmp_path, pr
     ("fragmentation", ["--matmul-density=-5"], "--matmul-density must be more than 0, got -5"),
     ("fragmentation", ["--bins", "0"], "--bins must be at least 1, got 0"),
     ("fragmentation", ["--bins=-5"], "--bins must be at least 1, got -5"),
-    ("fragmentation", ["--budget", "10B"], "--budget 10B: 10 bytes holds no 64-byte aligned "
-                                           "piece of the arena; give at least 64 bytes"),
+    ("fragmentation", ["--budget", "10B"], "--budget 10B: an arena of 10 bytes holds no "
+                                           "64-byte aligned piece; give a budget of at least 64 "
+                                           "bytes"),
 ])
 def test_a_bad_value_is_refused_before_any_work(capsys, tmp_path, name, argv, message):
     if name == "train_cnn":

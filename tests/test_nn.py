@@ -337,8 +337,8 @@ def test_state_dict_round_trip_copies_in_place():
      r"ConvTranspose2d: padding must be an int >= 0, got -1"),
     (lambda rt: nn.MaxPool2d(2, stride=0), r"MaxPool2d: stride must be an int >= 1, got 0"),
     (lambda rt: nn.LSTM(rt, 0, 4), r"LSTM: input_size must be an int >= 1, got 0"),
-    (lambda rt: nn.Dropout("a"), r"Dropout: p must be a probability in \[0, 1\), got 'a'"),
-    (lambda rt: nn.Dropout(1.0), r"Dropout: p must be a probability in \[0, 1\), got 1.0"),
+    (lambda rt: nn.Dropout("a"), r"Dropout: p must be a finite number in \[0, 1\), got 'a'"),
+    (lambda rt: nn.Dropout(1.0), r"Dropout: p must be a finite number in \[0, 1\), got 1.0"),
 ])
 def test_layer_sizes_are_checked_when_a_layer_is_made(make, message):
     rt = host_runtime()

@@ -129,8 +129,10 @@ def test_optimizer_arguments_are_checked():
     (lambda ps: optim.SGD(ps, lr="abc"), r"lr must be a finite number >= 0, got 'abc'"),
     (lambda ps: optim.SGD(ps, lr=0.1, momentum=-0.5), r"momentum must be a finite number >= 0"),
     (lambda ps: optim.SGD(ps, lr=0.1, weight_decay=float("inf")), r"weight_decay must be a "),
-    (lambda ps: optim.AdamW(ps, betas=(0.9, 1.5)), r"betas\[1\] must be in \[0, 1\), got 1.5"),
-    (lambda ps: optim.AdamW(ps, betas=(1.0, 1.0)), r"betas\[0\] must be in \[0, 1\), got 1.0"),
+    (lambda ps: optim.AdamW(ps, betas=(0.9, 1.5)),
+     r"betas\[1\] must be a finite number in \[0, 1\), got 1.5"),
+    (lambda ps: optim.AdamW(ps, betas=(1.0, 1.0)),
+     r"betas\[0\] must be a finite number in \[0, 1\), got 1.0"),
     (lambda ps: optim.AdamW(ps, betas=0.9), r"betas must be two numbers in \[0, 1\), got 0.9"),
     (lambda ps: optim.AdamW(ps, eps=-1), r"eps must be a finite number >= 0, got -1"),
 ])
@@ -166,8 +168,8 @@ def test_clip_grad_norm_scales_the_gradients_to_the_norm_in_place():
     for c, p in zip(clipped, params):
         np.testing.assert_array_equal(p.grad.numpy(), c)
     for bad in (0, -1.0, float("nan"), "1", None):
-        with pytest.raises(ValueError, match=r"clip_grad_norm: max_norm must be a number > 0 "
-                                             r"\(inf: no clipping\), got " + re.escape(repr(bad))):
+        with pytest.raises(ValueError, match=r"clip_grad_norm: max_norm must be a number > 0, "
+                                             r"got " + re.escape(repr(bad))):
             optim.clip_grad_norm(params, bad)
     assert optim.clip_grad_norm(params, float("inf")) == pytest.approx(1.0, rel=1e-6)
 

@@ -397,15 +397,15 @@ def test_foreign_and_non_tensor_inputs_are_refused(rt, make_rt):
 
 @pytest.mark.parametrize("options, message", [
     (dict(classifier="density", density_threshold="a"), r"density_threshold must be a finite "
-                                                        r"number of ns per byte >= 0, got 'a'"),
+                                                        r"number >= 0, got 'a'"),
     (dict(density_threshold=-1.0), r"density_threshold must be .* got -1.0"),
     (dict(density_threshold=float("nan")), r"density_threshold must be .* got nan"),
     (dict(seed="x"), r"seed must be an int >= 0, got 'x'"),
     (dict(seed=-1), r"seed must be an int >= 0, got -1"),
     (dict(seed=1.5), r"seed must be an int >= 0, got 1.5"),
     (dict(seed=None), r"seed must be an int >= 0, got None"),
-    (dict(policy="coop-offload", lookahead=1.5), r"lookahead must be a number of ops in "
-                                                 r"\[0, 2\*\*30\], got 1.5"),
+    (dict(policy="coop-offload", lookahead=1.5), r"lookahead must be an int in "
+                                                 r"\[0, 1073741824\], got 1.5"),
     (dict(policy="coop-offload", lookahead=-1), r"lookahead must be .* got -1"),
     (dict(policy="coop", lookahead=8), r"policy 'coop' has no host tier, so lookahead=8 would "
                                        r"go unused: use an offloading policy"),

@@ -38,6 +38,7 @@ from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor
 
 import warnings
 
+from coop._checks import check_int
 from coop.engine.cost import DEVICES
 from coop.engine.policies import POLICIES, get_policy
 from coop.errors import HostMemoryError, OutOfMemoryError, Thrash
@@ -156,7 +157,7 @@ cdef class Engine(_InPlace):
     """
 
     def __init__(self, Arena arena, policy, Executor executor, double thrash_cost=0.0,
-                 copy_cost=None, host_budget=None, link=None, int lookahead=0):
+                 copy_cost=None, host_budget=None, link=None, lookahead=0):
         cdef object record = get_policy(policy)
         # the one check of policy against arena: an ideal arena (no addresses) takes only
         # dtr-ideal, and dtr-ideal only an ideal arena, so coop's window never meets one
@@ -192,7 +193,7 @@ cdef class Engine(_InPlace):
         executor.engine = self
         self.cur_op = -1
 
-    def _tier(self, record, host_budget, link, int lookahead):
+    def _tier(self, record, host_budget, link, lookahead):
         self.offloading = record.offload and self.executor.can_offload and not self.arena.ideal
         if host_budget is not None and not record.offload:
             raise ValueError(f"policy {record.name!r} has no host tier, so host_budget="
@@ -214,8 +215,12 @@ cdef class Engine(_InPlace):
                                  f"got {rate!r}")
         self.d2h_rate = float(d2h)
         self.h2d_rate = float(h2d)
-        if lookahead < 0:
-            raise ValueError(f"lookahead must be a number of ops >= 0, got {lookahead}")
+        lookahead = check_int("lookahead", lookahead, 0, 1 << 30)
+        if lookahead and not record.offload:
+            raise ValueError(f"policy {record.name!r} has no host tier, so lookahead="
+                             f"{lookahead} would go unused: use an offloading policy "
+                             f"({', '.join(n for n, p in POLICIES.items() if p.offload)}) or "
+                             "leave lookahead out")
         self.lookahead = lookahead if self.offloading else 0
         self.ref_pos = -1
         self.bringing = -1

@@ -11,10 +11,10 @@ import math
 import numpy
 
 from coop import ops
+from coop._checks import check_number
 from coop.nn.module import (
     Module,
     as_tensor,
-    check_probability,
     check_sizes,
     constant,
     generator,
@@ -214,7 +214,7 @@ class Dropout(Module):
 
     def __init__(self, p=0.5):
         super().__init__()
-        check_probability("Dropout", p)
+        check_number("Dropout: p", p, below=1.0)
         self.p = p
 
     def forward(self, x):

@@ -9,6 +9,7 @@ on a simulation backend nothing is drawn and parameters are (shape, dtype) specs
 """
 import numpy
 
+from coop._checks import check_int
 from coop.kernel import Kernel
 from coop.ops._common import elementwise_flops
 from coop.kernel import get_runtime
@@ -26,18 +27,9 @@ def runtime_of(rt):
 
 
 def check_sizes(owner, minimum=1, **sizes):
-    """Each of sizes an int >= minimum, else a ValueError naming owner, the size and value."""
+    """Each of sizes an int >= minimum (coop._checks.check_int, named owner: size)."""
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) \
-                or value < minimum:
-            raise ValueError(f"{owner}: {name} must be an int >= {minimum}, got {value!r}")
-
-
-def check_probability(owner, p):
-    """p a number in [0, 1), else a ValueError naming owner."""
-    if isinstance(p, bool) or not isinstance(p, (int, float, numpy.integer, numpy.floating)) \
-            or not 0.0 <= p < 1.0:
-        raise ValueError(f"{owner}: p must be a probability in [0, 1), got {p!r}")
+        check_int(f"{owner}: {name}", value, minimum)
 
 
 def as_tensor(rt, value, below=None, what="ids"):

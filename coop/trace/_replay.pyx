@@ -261,7 +261,7 @@ cdef class Replayer:
     cdef vector[Py_ssize_t] release_at  # ... and the record releasing it (-1: none)
 
     def __init__(self, Program prog, Arena arena, policy, double thrash_cost=0.0,
-                 copy_cost=None, host_budget=None, link=None, int lookahead=0):
+                 copy_cost=None, host_budget=None, link=None, lookahead=0):
         self.prog = prog
         # a trace recorded mid-run prices the room as the run's window did when it began
         arena.room_price = prog.meta.get("room_price", 0.0)

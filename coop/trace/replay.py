@@ -131,8 +131,10 @@ def make_replayer(program, nbytes, policy, alignment, thrash_cost=0.0, host_budg
     lookahead are the host tier's; opened: the tier opened at the start, below the
     recompute-only bound (open_tier_below_bound, with lower_bound_bytes)."""
     arena = Arena(nbytes, alignment, ideal=get_policy(policy).ideal)
+    # a replay looks ahead where its policy has a host tier to bring inputs back from
     replayer = Replayer(program, arena, policy, thrash_cost, copy_cost(program), host_budget,
-                        host_link(program) if link is None else link, lookahead)
+                        host_link(program) if link is None else link,
+                        lookahead if get_policy(policy).offload else 0)
     opened = open_tier_below_bound(replayer.engine, program, policy, arena.capacity, alignment,
                                    lower_bound_bytes)
     return arena, replayer, opened

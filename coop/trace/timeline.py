@@ -325,13 +325,11 @@ def recording(runtime, path):
     """Runtime.timeline: record the program from now on as a trace (in a temporary file), and
     on exit draw its replay at the runtime's budget and policy, which takes the run's
     evictions and recomputes (tests/test_replay.py, tests/test_record_anytime.py)."""
-    if runtime.trace is not None:
-        raise ValueError("this runtime is recording a trace already: draw that trace with "
-                         "coop.trace.timeline.write(trace, path, budget=...) once it is written")
     with tempfile.TemporaryDirectory(prefix="coop-timeline-") as tmp:
         trace = os.path.join(tmp, "trace.jsonl")
+        recorder = runtime.record(trace)    # refuses a runtime that records already
         try:
-            with runtime.record(trace):
+            with recorder:
                 yield
         finally:
             # compiled here, not by coop.trace.load, which refuses the trace of a stretch that
