@@ -24,11 +24,11 @@ CORE_MODULES = frozenset({
     "coop.autograd.tape", "coop.autograd.methods", "coop.backends",
     "coop.backends.host", "coop.backends.sim", "coop.budget", "coop.errors", "coop.kernel",
     "coop.runtime", "coop.tensor", "coop.engine", "coop.engine._engine", "coop.engine.policies",
-    "coop.engine.cost", "coop._executor", "coop.backends.base",
+    "coop.engine.cost", "coop._executor", "coop.backends.base", "coop._checks",
 })
 #: `import coop` loads fewer coop modules than this (21 of CORE_MODULES today); it loaded 41
 #: when all nine models, nn, ops and optim came with it
-MAX_COOP_MODULES = 22
+MAX_COOP_MODULES = 23
 #: packages `import coop` must not load (nor anything under them)
 DEFERRED = ("coop.nn", "coop.ops", "coop.optim", "coop.models", "coop.cli", "coop.trace.compile",
             "coop.trace.records", "coop.trace.dtr", "coop.trace.writer", "coop.trace.replay",
