@@ -24,6 +24,7 @@ from coop._core import CHEAP, EXPENSIVE  # noqa: E402
 from coop.backends import streams  # noqa: E402
 from coop.backends.cupy import HostCopy  # noqa: E402
 from coop.backends._cupy_pool import PieceOwner  # noqa: E402
+from coop.backends.base import AHEAD_CHUNK  # noqa: E402
 from _cupy_driver import driver  # noqa: E402,F401  (the fixture)
 
 MiB = 1 << 20
@@ -164,7 +165,7 @@ def ahead(driver, monkeypatch, no_gc):
     from coop.backends import cupy as backend_module
     monkeypatch.setattr(streams, "_copy_streams", {})
     monkeypatch.setattr(streams, "new_copy_stream", lambda device_id, direction: (
-        f"{'out' if direction == streams.OUT else 'back'}{device_id}"))
+        f"{('out', 'back', 'ahead')[direction]}{device_id}"))
     monkeypatch.setattr(backend_module, "_pinned", bytearray)
     real = streams.on_copy_stream
     monkeypatch.setattr(streams, "on_copy_stream", lambda device_id, copy, **options: real(
@@ -182,8 +183,9 @@ def test_a_copy_out_ahead_leaves_the_stream_running_and_the_free_waits_for_it(ah
     assert array.data.mem._owner.copying is None
     copy = backend.to_host(array, ahead=True)
     # the copy waits for the stream's work so far; the stream does not wait for the copy
-    assert driver.take() == [("record", "e1", "A"), ("wait", "out0", "e1"),
-                             ("copy", "out0"), ("record", "e2", "out0")]
+    # (on the stream for copies ahead: a copy out for room, on out0, need not queue behind it)
+    assert driver.take() == [("record", "e1", "A"), ("wait", "ahead0", "e1"),
+                             ("copy", "ahead0"), ("record", "e2", "ahead0")]
     assert copy.done.name == "e2" and array.data.mem._owner.copying is copy.done
     reused = cupy.empty(1000, dtype=cupy.float32)       # another piece: nothing to order
     assert driver.take() == []
@@ -363,9 +365,9 @@ def test_a_plain_copy_of_a_piece_of_another_stream_orders_that_streams_reuse(ahe
 
 
 def test_a_copy_out_of_a_prefetched_piece_follows_the_copy_back_into_it(ahead):
-    """The two directions run on two streams: a copy out of a piece whose copy back ahead
-    may still run waits for it on the copy stream out, and the piece then remembers the copy
-    out alone (which ends after both)."""
+    """The two directions run on two streams: a copy out (here one ahead, on the stream for
+    copies ahead) of a piece whose copy back ahead may still run waits for it on its copy
+    stream, and the piece then remembers the copy out alone (which ends after both)."""
     pool, backend, driver = ahead
     first = backend.to_host(cupy.empty(1000, dtype=cupy.float32))
     driver.finished.add(first.done.name)
@@ -373,9 +375,9 @@ def test_a_copy_out_of_a_prefetched_piece_follows_the_copy_back_into_it(ahead):
     coming = first.done.name
     driver.take()
     again = backend.to_host(back, ahead=True)
-    assert driver.take() == [("record", "e5", "A"), ("wait", "out0", "e5"),
-                             ("wait", "out0", coming), ("copy", "out0"),
-                             ("record", "e6", "out0")]
+    assert driver.take() == [("record", "e5", "A"), ("wait", "ahead0", "e5"),
+                             ("wait", "ahead0", coming), ("copy", "ahead0"),
+                             ("record", "e6", "ahead0")]
     assert back.data.mem._owner.copying is again.done
     driver.finished.add(coming)
     plain = backend.to_host(back)        # on the same stream, after a done copy: held only
@@ -729,3 +731,50 @@ def test_free_host_frees_the_pinned_memory_without_a_pinned_pool(pool, no_gc):
         assert bool((back == cupy.arange(4096, dtype=cupy.int32)).all())
     finally:
         cupy.cuda.set_pinned_memory_allocator(default)
+
+
+def test_copy_out_enqueues_chunks_in_order():
+    """copy_out enqueues a copy as copies of at most chunk bytes, each from the source's
+    offset to the host's, in order on the one stream; the last one is the remainder."""
+    from coop.backends.cupy import copy_out
+
+    class Source:
+        def __init__(self, at, log):
+            self.at, self.log = at, log
+
+        def __add__(self, offset):
+            return Source(self.at + offset, self.log)
+
+        def copy_to_host_async(self, dst, size, stream):
+            self.log.append((self.at, dst.value, size, stream))
+
+    log = []
+    copy_out(Source(0, log), 0x1000, 10, "s", 4)
+    assert log == [(0, 0x1000, 4, "s"), (4, 0x1004, 4, "s"), (8, 0x1008, 2, "s")]
+    log.clear()
+    copy_out(Source(0, log), 0x1000, 8, "s", 8)
+    assert log == [(0, 0x1000, 8, "s")]
+
+
+def test_to_host_copies_ahead_in_chunks_and_for_room_in_one(ahead, monkeypatch):
+    """A copy out ahead is enqueued in chunks of AHEAD_CHUNK bytes (what the engine's clock
+    assumes: Engine.ahead_chunk), on the stream for copies ahead; a plain copy out in one."""
+    from coop.backends import cupy as backend_module
+    pool, backend, driver = ahead
+    calls = []
+
+    class Pinned(bytearray):
+        ptr = 0x7F0000000000                    # (the fake driver copies nothing)
+
+    monkeypatch.setattr(backend_module, "_pinned", Pinned)
+    monkeypatch.setattr(backend_module, "copy_out", lambda source, host_ptr, nbytes, stream,
+                        chunk: calls.append((stream, host_ptr, nbytes, chunk)))
+    logged = streams.on_copy_stream            # the fixture's: logs instead of copying
+    monkeypatch.setattr(streams, "on_copy_stream", lambda device_id, copy, **options: (
+        copy(("stream", options["direction"])), logged(device_id, copy, **options))[1])
+    array = cupy.empty(3 << 20, dtype=cupy.float32)                 # 12 MiB
+    backend.to_host(array, ahead=True)
+    backend.to_host(array)
+    assert calls == [(("stream", streams.AHEAD), Pinned.ptr, 12 << 20, AHEAD_CHUNK),
+                     (("stream", streams.OUT), Pinned.ptr, 12 << 20, 12 << 20)]
+    assert AHEAD_CHUNK == 4 << 20

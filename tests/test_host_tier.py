@@ -23,6 +23,7 @@ from coop._core import CHEAP, Arena
 from coop.backends._host import HostBackend
 from coop.engine import Engine, SizeExecutor
 from coop.cli.replay import failure
+from coop.backends.base import AHEAD_CHUNK
 from coop.engine.cost import DEVICES
 from coop.trace._replay import Replayer
 
@@ -526,6 +527,58 @@ def test_a_constant_is_copied_out_ahead_of_the_pressure(tmp_path):
     assert r["copy_exposed"] == pytest.approx(5120 * D2H + 2048 * H2D)
     assert r["cost_total"] == pytest.approx(r["cost_first"] + 1e4 + r["copy_exposed"]
                                             + r["move_cost"])
+
+
+#: b (8192 bytes) and w and v (1024 each) are constants; g's room (at 12,288 bytes, the tier
+#: open for constants from the start) sends v out, then b, the stalest left, is copied out
+#: ahead; h reads b (so b cannot leave) and its room sends w out while b's copy still runs
+CHUNKED = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 8192},
+    {"op": "constant", "id": 1, "size": 1024},
+    {"op": "constant", "id": 2, "size": 1024},
+    call("f", [0, 1], 3, 1024),
+    call("g", [3], 4, 2048),
+    {"op": "release", "id": 3},
+    call("h", [4, 0], 5, 2048),
+    call("k", [5, 1, 2], 6, 512),
+]
+
+
+@pytest.mark.parametrize("chunk", [0, 512])
+def test_a_copy_out_for_room_waits_for_a_copy_aheads_chunk_not_all_of_it(tmp_path, chunk):
+    """A copy out ahead runs in chunks of Engine.ahead_chunk bytes: w's copy out for h's room
+    waits for the chunk of b's copy ahead in flight (512 bytes), then its own 1024, where as
+    one copy (ahead_chunk 0) it waited for all 8192 bytes of b's; the rest of b's copy goes on
+    after w's, and everything else is the same. While b's copy out ahead runs, an offload of
+    b is offered with what is left of it (its piece is reused only once it ends)."""
+    program = R.load(write_trace(tmp_path / "chunked.jsonl", CHUNKED))
+    assert R.unlimited(program)["lower_bound_bytes"] == 14336
+    d2h, h2d = R.host_link(program)
+    rp = Replayer(program, Arena(12288, 512), "coop-offload", 0.0, R.copy_cost(program), None,
+                  (d2h, h2d), 0)
+    e = rp.engine
+    assert e.ahead_chunk == AHEAD_CHUNK == 4 << 20
+    e.ahead_chunk = chunk
+    assert e.open_tier(constants_only=True)
+    rp.run(0, 5)                                       # up to g: v out, then b copied ahead
+    t = e.tier_counters()
+    assert (t["offloads"], t["copies_ahead"], t["bytes_d2h"]) == (1, 1, 1024 + 8192)
+    assert t["copy_exposed"] == pytest.approx(1024 * d2h)
+    # b's offer: its copy back, and what is left of its copy out ahead (all of it, just begun)
+    b = e.info(rp.storage_of(0))
+    assert b["on_host"] == 2 and b["offer"] == pytest.approx(8192 * (h2d + d2h))
+    rp.run(5, 7)                                       # the release, h: w out for room
+    assert rp.resident_values() == [0, 4, 5]
+    after = e.tier_counters()
+    assert after["offloads"] == 2 and after["bytes_d2h"] == 1024 + 8192 + 1024
+    assert after["copy_exposed"] - t["copy_exposed"] == pytest.approx(
+        ((512 if chunk else 8192) + 1024) * d2h)
+    rp.run(7)
+    rp.finish()
+    e.arena.check()
+    assert e.tier_counters()["copy_exposed"] == pytest.approx(
+        (4608 if chunk else 12288) * d2h)
 
 
 def test_below_the_bound_a_replay_opens_the_tier_at_the_start_for_constants(tmp_path):

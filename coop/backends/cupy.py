@@ -20,10 +20,11 @@ second stream appears.
 
 Host tier: a runtime's bound pool copies an array to pinned host memory (``to_host``, a
 ``HostCopy``), back into the arena (``from_host``) and releases the host copy (``free_host``),
-each copy on one of the device's two copy streams (out, back) and ordered with the current
-stream by events (see ``coop.backends.streams.on_copy_stream``); a copy ahead (out: ``to_host(array, ahead=True)``;
-back, a prefetch: ``from_host(copy, placement, ahead=True)`` then ``await_host(copy)`` before its
-reader) leaves the current stream running beside it.
+each copy on one of the device's copy streams (out, back, and out ahead) and ordered with the
+current stream by events (see ``coop.backends.streams.on_copy_stream``); a copy ahead (out:
+``to_host(array, ahead=True)``, in chunks of ``coop.backends.base.AHEAD_CHUNK`` bytes on its own
+stream; back, a prefetch: ``from_host(copy, placement, ahead=True)`` then ``await_host(copy)``
+before its reader) leaves the current stream running beside it.
 
 A coop.Runtime binds to the device current when it is made (`bound`): used with another device
 current, it raises ``RuntimeError``; the pool itself serves every device (one arena each).
@@ -52,7 +53,7 @@ from cupy.cuda.runtime import CUDARuntimeError
 from coop._core import EXPENSIVE, Arena
 from coop.backends._cupy_pool import PieceOwner, adopt, serve
 from coop.backends import streams
-from coop.backends.base import Backend
+from coop.backends.base import AHEAD_CHUNK, Backend
 from coop.budget import Budget, host_memory_bytes, parse_budget
 from coop.errors import CoopError, HostMemoryError, OutOfMemoryError
 
@@ -732,6 +733,9 @@ class _BoundPool(Backend):
         the host cannot pin the bytes (nothing is enqueued).
 
         ``ahead`` (a copy out ahead of the pressure, from an array that stays in use): the
+        copy goes on the device's stream for copies ahead, as copies of at most AHEAD_CHUNK
+        bytes, so that a copy out for room (on the copy stream out) may run between its chunks
+        rather than behind all of it, as the engine's clock assumes (Engine.ahead_chunk); the
         current stream runs on beside the copy, and the array's piece remembers it
         (``PieceOwner.copying``): when the piece is freed, later, its stream waits for the copy
         before the piece can be written again. An array this pool did not allocate (a view of
@@ -766,9 +770,13 @@ class _BoundPool(Backend):
             copy.host = numpy.ndarray(array.shape, array.dtype, memory)
             source = array.data
             piece = self._piece(pool, source)
-            copy.done = streams.on_copy_stream(self.device_id, lambda stream: (
-                source.copy_to_host_async(ctypes.c_void_p(memory.ptr), nbytes, stream)),
-                hold=not (ahead and piece is not None), direction=streams.OUT,
+            # a copy ahead: on its own stream, in chunks (AHEAD_CHUNK, what the engine's clock
+            # assumes), so that a copy out for room need not wait for all of it
+            beside = ahead and piece is not None
+            chunk = AHEAD_CHUNK if beside else nbytes
+            copy.done = streams.on_copy_stream(self.device_id, lambda stream: copy_out(
+                source, memory.ptr, nbytes, stream, chunk),
+                hold=not beside, direction=streams.AHEAD if beside else streams.OUT,
                 after=(piece.copying,) if piece is not None else ())
             self._mark(piece, copy.done, ahead)
         return copy
@@ -856,6 +864,14 @@ class _BoundPool(Backend):
     def uninstall(self):
         """Undo the last install() of this thread."""
         self._live().uninstall()
+
+
+def copy_out(source, host_ptr, nbytes, stream, chunk):
+    """Enqueue the copy of nbytes from device pointer source (a MemoryPointer) to pinned host
+    memory at host_ptr on stream, as copies of at most chunk bytes each, in order."""
+    for start in range(0, nbytes, chunk):
+        (source + start).copy_to_host_async(ctypes.c_void_p(host_ptr + start),
+                                            min(chunk, nbytes - start), stream)
 
 
 class HostCopy:

@@ -6,9 +6,10 @@ once (A's order protects it); before another stream B receives memory after free
 (``cudaStreamWaitEvent``) on an event recorded on A after those frees. Per-thread default streams
 (``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``) share one handle but are distinct streams, one per
 thread. ``StreamOrder`` is one device's bookkeeping; the pool makes it when a second stream
-allocates. ``on_copy_stream`` runs a copy to or from host memory on one of the device's two copy
-streams (one per direction, as the device has a copy engine each way), ordered with the current
-stream both ways by events; a copy ahead one way only: the current stream runs on beside it, the
+allocates. ``on_copy_stream`` runs a copy to or from host memory on one of the device's copy
+streams (one per direction, as the device has a copy engine each way, and a third for copies out
+ahead of the pressure, issued in chunks), ordered with the current stream both ways by events; a
+copy ahead one way only: the current stream runs on beside it, the
 piece's free waits for it (``await_copy``), and a copy back ahead's reader waits for it first
 (``await_arrival``). The driver calls are the functions below, which tests replace with fakes.
 """
@@ -233,15 +234,17 @@ class StreamOrder:
 
 # ---- copies to and from host memory -------------------------------------------------------------
 
-OUT, BACK = 0, 1                 # the directions: device to host, host to device
+OUT, BACK, AHEAD = 0, 1, 2       # device to host, host to device, device to host ahead
 _copy_streams = {}               # (device id, direction) -> its copy stream, made at first use
 _copy_streams_lock = threading.Lock()
 
 
 def copy_stream(device_id, direction=OUT):
-    """The device's stream for copies to host memory (OUT) or from it (BACK): one per
-    direction and device, made at the first use, kept for the process. Two, because a device
-    has a copy engine each way: a copy back (a prefetch) need not queue behind copies out."""
+    """The device's stream for copies to host memory (OUT) or from it (BACK), and for copies
+    out ahead of the pressure (AHEAD): one each per device, made at the first use, kept for
+    the process. A device has a copy engine each way, so a copy back (a prefetch) need not
+    queue behind copies out; a copy out ahead, issued in chunks on its own stream, leaves the
+    copy out made for room on OUT to the engine between its chunks, not behind all of it."""
     key = (device_id, direction)
     stream = _copy_streams.get(key)
     if stream is None:

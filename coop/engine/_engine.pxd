@@ -185,6 +185,9 @@ cdef class _Tier(_Room):
     cdef void _ref_list(self, int s) noexcept
     cdef double c_next_read(self, int s) noexcept
     cdef double d2h_free_at, h2d_free_at      # when each copy engine is next free (the clock)
+    cdef int ahead_s                   # the storage whose copy out ahead runs, or ran last (-1)
+    cdef double room_free_at           # when the copies out for room queued so far end
+    cdef public int64_t ahead_chunk    # a copy out ahead runs in chunks of this many bytes (0: whole)
     cdef vector[int] host_fifo         # storages put in the host tier, oldest first (may be stale)
     cdef int bringing                  # the storage whose host copy is being brought back (-1)
     cdef size_t host_head              # host_fifo's first entry still to look at

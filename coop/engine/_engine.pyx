@@ -26,8 +26,9 @@ executor's (SizeExecutor here, for sizes only: replays and the simulation backen
 coop._executor.ArrayExecutor for NumPy and CuPy arrays), through the Executor contract below and
 the engine's "executors' API".
 
-Layers: this module cimports coop._core and imports coop.errors and coop.engine's own pure
-Python modules (policies, cost); never the runtime, kernels, traces or backends above it.
+Layers: this module cimports coop._core and imports coop.errors, coop.engine's own pure
+Python modules (policies, cost) and one constant of the backends' contract
+(coop.backends.base.AHEAD_CHUNK); never the runtime, kernels, traces or a backend itself.
 """
 from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int64_t, uint64_t
@@ -39,6 +40,7 @@ from coop._core cimport PLACE_EXPENSIVE, PLACE_LOWEST, Arena, Evictor
 import warnings
 
 from coop._checks import check_int
+from coop.backends.base import AHEAD_CHUNK
 from coop.engine.cost import DEVICES
 from coop.engine.policies import POLICIES, get_policy
 from coop.errors import HostMemoryError, OutOfMemoryError, Thrash
@@ -224,6 +226,8 @@ cdef class Engine(_InPlace):
         self.lookahead = lookahead if self.offloading else 0
         self.ref_pos = -1
         self.bringing = -1
+        self.ahead_s = -1
+        self.ahead_chunk = AHEAD_CHUNK
         self.read_pricing = True
         self.release_pricing = True
         self.max_step_ops = 1 << 20
@@ -412,14 +416,17 @@ cdef class Engine(_InPlace):
             self._host_release(s)
 
     def info(self, int s):
-        """A storage's state, for tests and debugging."""
+        """A storage's state, for tests and debugging; offer: what an offload of it costs
+        the window now, before the scan divides it by staleness (None: not on offer)."""
+        cdef double offer
         if s < 0 or s >= <int>self.alive.size() or not self.alive[s]:
             return None
+        offer = self.arena.c_offload_cost(self.slot[s]) if self.slot[s] >= 0 else INFINITY
         return {"nbytes": self.size[s], "offset": self.offset[s] if self.offset[s] >= 0 else None,
                 "producer": self.producer[s] if self.producer[s] >= 0 else None,
                 "index": self.index[s], "users": self.users[s], "readers": self.readers[s],
                 "pins": self.pins[s], "held": bool(self.held[s]),
-                "on_host": self.on_host[s]}
+                "on_host": self.on_host[s], "offer": offer if offer < INFINITY else None}
 
     def storages(self):
         """Ids of the live storage records."""

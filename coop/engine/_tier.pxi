@@ -41,9 +41,13 @@ cdef class _Tier(_Room):
         back alone; while a copy back ahead into it is still coming, also what is left of that
         copy, which its piece waits for before it can be reused (_leave)."""
         cdef double wait = self.ready_at[s] - self.now if self.coming[s] else 0.0
+        cdef double out = self.out_at[s] - self.now
+        if wait < 0.0:
+            wait = 0.0
+        if out > 0.0:
+            wait += out
         return <double>self.arena.request_size(self.size[s]) * (
-            self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate) \
-            + (wait if wait > 0.0 else 0.0)
+            self.h2d_rate if self.on_host[s] == 2 else self.d2h_rate + self.h2d_rate) + wait
 
     cdef bint _ref_running(self) noexcept:
         """A reference is known and a position in it is running."""
@@ -183,13 +187,35 @@ cdef class _Tier(_Room):
 
     cdef double _copy_out(self, int s, int64_t need) noexcept:
         """Resident s's bytes (need of the tier's) go into the host tier, copied out on the
-        device-to-host engine; returns when the copy ends."""
+        device-to-host engine; returns when the copy ends. A copy out ahead (c_copy_ahead)
+        runs in chunks of ahead_chunk bytes: a copy out for room made while it runs waits for
+        the chunk in flight (at most), not for all of it, and the rest of the copy ahead goes
+        on after the copies for room (its out_at moves by their time)."""
+        cdef double start, end, t = <double>self.size[s] * self.d2h_rate
+        cdef int a = self.ahead_s
         self.host_bytes += need
         if self.host_bytes > self.host_peak:
             self.host_peak = self.host_bytes
         self.host_fifo.push_back(s)
         self.bytes_d2h += self.size[s]
-        return self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate)
+        if a < 0 or a == s or self.ahead_chunk <= 0 or not self.out_at[a] > self.now:
+            end = self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate)
+            self.room_free_at = end
+            return end
+        # a copy ahead (of a) runs: this copy follows the copies for room already queued
+        # before it, or else the chunk in flight
+        if self.room_free_at > self.now:
+            start = self.room_free_at
+        else:
+            start = self.now + <double>self.ahead_chunk * self.d2h_rate
+            if start > self.out_at[a]:
+                start = self.out_at[a]
+        end = start + t
+        self.room_free_at = end
+        if self.out_at[a] > start:
+            self.out_at[a] += t
+        self.d2h_free_at = end if end > self.out_at[a] else self.out_at[a]
+        return end
 
     cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept:
         """A copy of nbytes on the copy engine free at *free_at (one per direction): it starts
@@ -513,6 +539,7 @@ cdef class _Tier(_Room):
         cdef size_t k, kept = 0
         cdef double last, best_last = INFINITY
         cdef int64_t need
+        cdef double room
         cdef bint copied
         if self.ahead_idle or not self.executor.can_copy_ahead or self.d2h_free_at > self.now \
                 or not self.arena.c_searched():
@@ -548,7 +575,11 @@ cdef class _Tier(_Room):
             self.ahead_idle = True
             return 0
         self.on_host[s] = 2
+        self.ahead_s = -1           # (the engine is idle: no copy ahead runs)
+        room = self.room_free_at
         self.out_at[s] = self._copy_out(s, need)
+        self.room_free_at = room    # (not a copy for room)
+        self.ahead_s = s
         self.copy_hidden += <double>self.size[s] * self.d2h_rate
         self.copies_ahead += 1
         return self._offer(s)
