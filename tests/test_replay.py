@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss, train_deep_mlp
-from _traces import call, write_trace
+from _traces import write_trace
 
 import coop
 import coop.trace.replay as R
@@ -290,45 +290,6 @@ def test_values_referenced_at_the_end_are_resident_and_pinned(tmp_path):
     assert replayer.resident_values() == [0, 1, 2, 3]     # w, x, y (and yv), z (and z2)
     assert all(arena.storage_info(replayer.storage_of(v))["pins"] == 1 for v in (2, 3))
     arena.check()
-
-
-#: under coop-offload at 13,312 bytes the trace ends with values 0 (8192 bytes) and 1 in the
-#: host tier's cache (resident, copied out ahead), 4 evicted and 3, 5, 6 and 7 resident
-END = [
-    {"op": "meta", "alignment": 512},
-    {"op": "constant", "id": 0, "size": 8192},
-    {"op": "constant", "id": 1, "size": 1024},
-    call("f", [0, 1], 2, 1024),
-    call("g", [2], 3, 1024),
-    call("h", [3], 4, 1024),
-    {"op": "release", "id": 2},
-    call("k", [4, 3], 5, 2048),
-    call("m", [5, 1], 6, 512),
-    call("n", [6, 0], 7, 512),
-]
-
-
-def test_the_end_pins_the_resident_values_before_it_brings_back_the_others(tmp_path):
-    """Replayer.finish makes every value the program holds resident and pinned (or leaves it
-    in the host tier): the resident ones are pinned first, then the others come back. In the
-    order of the values alone, bringing 4 back sent 5 away, bringing 5 back sent 6 and 7
-    away, bringing 6 back sent 0 to the host, and 7's recompute then needed 0's 8192 bytes
-    back with no room left: the replay ran out of memory after its last record."""
-    program = R.load(write_trace(tmp_path / "end.jsonl", END))
-    arena, replayer, _ = R.make_replayer(program, 13312, "coop-offload", 512)
-    replayer.run()
-    e = replayer.engine
-    held = [0, 1, 3, 4, 5, 6, 7]
-    before = {v: e.info(replayer.storage_of(v)) for v in held}
-    assert [v for v in held if before[v]["offset"] is None] == [4]
-    assert [v for v in held if before[v]["on_host"] == 2] == [0, 1]
-    replayer.finish()
-    for v in held:
-        info = e.info(replayer.storage_of(v))
-        assert info["on_host"] or (info["offset"] is not None and info["pins"] == 1), v
-    assert replayer.resident_values() == [0, 3, 4, 5, 6, 7]     # 1 made way for 4: cached
-    arena.check()
-    assert R.replay(program, budget=13312, policy="coop-offload", check=True)["status"] == "ok"
 
 
 def test_records_before_start_are_skipped_and_what_they_leave_is_constant():

@@ -354,20 +354,13 @@ cdef class Replayer:
 
     def finish(self):
         """The end of the trace: every value the program still holds is made resident and
-        pinned (a recompute may be needed), or stays in the host tier, where it is safe. The
-        resident ones are pinned first, so that bringing back the others, in the order of
-        their values, cannot send one of them away to be brought back in its turn."""
+        pinned (a recompute may be needed), or stays in the host tier, where it is safe."""
         cdef int v, s
         cdef Engine e = self.engine
         for v in range(self.prog.n_values):
             if self.held[v]:
                 s = self.sid_of[v]
-                if not e.on_host[s] and e.c_resident(s):
-                    e.c_pin(s)
-        for v in range(self.prog.n_values):
-            if self.held[v]:
-                s = self.sid_of[v]
-                if e.on_host[s] or e.c_resident(s):
+                if e.on_host[s]:
                     continue
                 e.c_pin(s)
                 e.c_make_resident(s)
