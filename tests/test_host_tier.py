@@ -581,6 +581,41 @@ def test_a_copy_out_for_room_waits_for_a_copy_aheads_chunk_not_all_of_it(tmp_pat
         (4608 if chunk else 12288) * d2h)
 
 
+#: v (8192 bytes) starts in the host tier (the budget, 12,288 bytes, is below the bound: w and
+#: v do not fit together); k reads it three ops after f, and its copy back (8192 x h2d = 328
+#: ns) is longer than g's and h's compute (100 ns each)
+FAR = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 8192},
+    {"op": "constant", "id": 1, "size": 8192},
+    call("f", [0], 2, 512, 100),
+    call("g", [2], 3, 512, 100),
+    call("h", [3], 4, 512, 100),
+    call("k", [4, 1], 5, 512, 100),
+]
+
+
+@pytest.mark.parametrize("lookahead, exposed", [(2, 8192 * D2H + 8192 * H2D - 100),
+                                                (3, 8192 * D2H + 8192 * H2D - 200)])
+def test_room_is_made_now_for_a_later_input_whose_copy_back_cannot_hide_after_the_next_op(
+        tmp_path, lookahead, exposed):
+    """Room is made ahead for the op after next's inputs, and, while the copy engine back is
+    idle, for a later op's input (within the lookahead) whose copy back would not end before
+    that op if it started after the ops between: after f, v's copy back (328 ns) is longer
+    than g and h (200 ns), so w goes out for it then (its copy out waited for) and v's copy
+    runs under g and h; with a lookahead of 2 only the op after next is looked at, and v
+    comes back after g, under h alone."""
+    program = R.load(write_trace(tmp_path / "far.jsonl", FAR))
+    assert R.unlimited(program)["lower_bound_bytes"] == 17408
+    r = R.replay(program, budget=12288, policy="coop-offload", lookahead=lookahead,
+                 thrash=None, check=True)
+    assert (r["status"], r["tier_open_at_start"], r["constants_on_host"]) == ("ok", True, 1)
+    assert (r["offloads"], r["prefetches"], r["fetches"]) == (1, 1, 0)
+    assert (r["bytes_d2h"], r["bytes_h2d"]) == (8192, 8192)
+    assert r["copy_exposed"] == pytest.approx(exposed)
+    assert r["cost_total"] == pytest.approx(400 + exposed)
+
+
 def test_below_the_bound_a_replay_opens_the_tier_at_the_start_for_constants(tmp_path):
     """AHEAD's recompute-only lower bound is 8192 bytes (w beside k's inputs and output): at
     6144 no policy without the tier completes, so the replay opens it at the start, for

@@ -404,24 +404,46 @@ cdef class Replayer:
 
     cdef int _prefetch_room(self, Py_ssize_t i) except -1:
         """The inputs the next two ops after record i read, and the op after next's, for the
-        engine's room made ahead (Engine.c_prefetch_after_next)."""
+        engine's room made ahead (Engine.c_prefetch_after_next); with them, while the copy
+        engine back is idle, the first input of a later op within the lookahead that waits in
+        the host tier and whose copy back is longer than the ops before that op (their costs):
+        started after them it would not end in time, so room is made for it now. (Idle: a copy
+        that would queue gains nothing from room made early; one at a time, so that room is
+        not made for copies that would wait behind it.)"""
         cdef Program p = self.prog
+        cdef Engine e = self.engine
         cdef Py_ssize_t j, n = p.rec_kind.size()
-        cdef int seen = 0, t, k, v
+        cdef int seen = 0, t, k, v, s
+        cdef double between = 0.0
+        cdef int far = -1
+        cdef bint idle = not e.h2d_free_at > e.now
         cdef vector[int] reads, wanted
         for j in range(i + 1, n):
             if p.rec_kind[j] != R_CALL and p.rec_kind[j] != R_MUTATE:
                 continue
             seen += 1
+            if seen > e.lookahead:
+                break
             t = p.rec_arg[j]
             for k in range(p.in_ptr[t], p.in_ptr[t + 1]):
                 v = p.ins[k]
-                if self.held[v]:
-                    reads.push_back(self.sid_of[v])
-                    if seen == 2:
-                        wanted.push_back(self.sid_of[v])
-            if seen == 2:
-                return self.engine.c_prefetch_after_next(reads, wanted)
+                if not self.held[v]:
+                    continue
+                s = self.sid_of[v]
+                if seen <= 2:
+                    reads.push_back(s)
+                if seen == 2:
+                    wanted.push_back(s)
+                elif far < 0 and seen > 2 and idle and e.on_host[s] == 1 \
+                        and <double>e.size[s] * e.h2d_rate > between:
+                    far = s
+            between += p.cost[t]
+            if seen >= 2 and (far >= 0 or not idle):
+                break
+        if seen >= 2:
+            if far >= 0:
+                wanted.push_back(far)
+            return self.engine.c_prefetch_after_next(reads, wanted)
         return 0
 
     cdef int _unheld(self, int v, Py_ssize_t i) except -1:
