@@ -205,6 +205,7 @@ cdef class _Tier(_Room):
     cdef int _no_host_room(self, int s) except -1
     cdef int _constant_on_host(self, int64_t size) except -2
     cdef int _leave(self, int s) except -1
+    cdef void _into_tier(self, int s, int64_t need) noexcept
     cdef double _copy_out(self, int s, int64_t need) noexcept
     cdef double _copy(self, double* free_at, int64_t nbytes, double rate) noexcept
     cdef int _wait(self, double done) except -1
@@ -215,6 +216,8 @@ cdef class _Tier(_Room):
     cdef int c_fetch(self, int s) except -1
     cdef bint c_prefetch(self, int s) except -1
     cdef bint c_prefetch_room(self, int s) except -1
+    cdef bint c_back_idle(self) noexcept
+    cdef bint c_late_back(self, int s, double before) noexcept
     cdef bint _prefetched(self, int s) except -1
     cdef int c_await(self, int s) except -1
     cdef int _arrived(self, int s) except -1

@@ -185,25 +185,28 @@ cdef class _Tier(_Room):
         self.offloads += 1
         return self._offer(s)
 
-    cdef double _copy_out(self, int s, int64_t need) noexcept:
-        """Resident s's bytes (need of the tier's) go into the host tier, copied out on the
-        device-to-host engine; returns when the copy ends. A copy out ahead (c_copy_ahead)
-        runs in chunks of ahead_chunk bytes: a copy out for room made while it runs waits for
-        the chunk in flight (at most), not for all of it, and the rest of the copy ahead goes
-        on after the copies for room (its out_at moves by their time)."""
-        cdef double start, end, t = <double>self.size[s] * self.d2h_rate
-        cdef int a = self.ahead_s
+    cdef void _into_tier(self, int s, int64_t need) noexcept:
+        """Resident s's bytes (need of the tier's) go into the host tier: counted, and
+        listed for _host_room (the copy itself is the caller's: _copy_out, c_copy_ahead)."""
         self.host_bytes += need
         if self.host_bytes > self.host_peak:
             self.host_peak = self.host_bytes
         self.host_fifo.push_back(s)
         self.bytes_d2h += self.size[s]
-        if a < 0 or a == s or self.ahead_chunk <= 0 or not self.out_at[a] > self.now:
+
+    cdef double _copy_out(self, int s, int64_t need) noexcept:
+        """Resident s's bytes go into the host tier, copied out for room on the device-to-host
+        engine; returns when the copy ends. A copy out ahead (c_copy_ahead) runs in chunks of
+        ahead_chunk bytes: while one runs, this copy waits for the chunk in flight (at most)
+        or for the copies for room queued before it, not for all of the copy ahead, whose rest
+        goes on after it (its out_at moves by this copy's time)."""
+        cdef double start, end, t = <double>self.size[s] * self.d2h_rate
+        cdef int a = self.ahead_s
+        self._into_tier(s, need)
+        if a < 0 or self.ahead_chunk <= 0 or not self.out_at[a] > self.now:
             end = self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate)
             self.room_free_at = end
             return end
-        # a copy ahead (of a) runs: this copy follows the copies for room already queued
-        # before it, or else the chunk in flight
         if self.room_free_at > self.now:
             start = self.room_free_at
         else:
@@ -347,6 +350,19 @@ cdef class _Tier(_Room):
         except OutOfMemoryError:
             return False
         return self._prefetched(s)
+
+    cdef bint c_back_idle(self) noexcept:
+        """The host-to-device copy engine has no copy queued now."""
+        return not self.h2d_free_at > self.now
+
+    cdef bint c_late_back(self, int s, double before) noexcept:
+        """Whether offloaded s should come back now, room made for it (c_prefetch_room), for
+        a reader that starts after `before` more of compute: with the copy engine back idle
+        (a copy that would queue gains nothing from room made early), its copy back is longer
+        than that, so started after it, it would not end in time (a replay's lookahead knows
+        the ops' costs: Replayer._prefetch_room)."""
+        return self.on_host[s] == 1 and self.c_back_idle() \
+            and <double>self.size[s] * self.h2d_rate > before
 
     cdef bint _prefetched(self, int s) except -1:
         """s was just given memory for its host copy's bytes: its copy back starts on the
@@ -539,7 +555,6 @@ cdef class _Tier(_Room):
         cdef size_t k, kept = 0
         cdef double last, best_last = INFINITY
         cdef int64_t need
-        cdef double room
         cdef bint copied
         if self.ahead_idle or not self.executor.can_copy_ahead or self.d2h_free_at > self.now \
                 or not self.arena.c_searched():
@@ -575,10 +590,8 @@ cdef class _Tier(_Room):
             self.ahead_idle = True
             return 0
         self.on_host[s] = 2
-        self.ahead_s = -1           # (the engine is idle: no copy ahead runs)
-        room = self.room_free_at
-        self.out_at[s] = self._copy_out(s, need)
-        self.room_free_at = room    # (not a copy for room)
+        self._into_tier(s, need)
+        self.out_at[s] = self._copy(&self.d2h_free_at, self.size[s], self.d2h_rate)
         self.ahead_s = s
         self.copy_hidden += <double>self.size[s] * self.d2h_rate
         self.copies_ahead += 1

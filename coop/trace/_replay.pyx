@@ -404,19 +404,16 @@ cdef class Replayer:
 
     cdef int _prefetch_room(self, Py_ssize_t i) except -1:
         """The inputs the next two ops after record i read, and the op after next's, for the
-        engine's room made ahead (Engine.c_prefetch_after_next); with them, while the copy
-        engine back is idle, the first input of a later op within the lookahead that waits in
-        the host tier and whose copy back is longer than the ops before that op (their costs):
-        started after them it would not end in time, so room is made for it now. (Idle: a copy
-        that would queue gains nothing from room made early; one at a time, so that room is
-        not made for copies that would wait behind it.)"""
+        engine's room made ahead (Engine.c_prefetch_after_next); with them the first input of
+        a later op within the lookahead that the engine says must come back now for it
+        (Engine.c_late_back, given the ops' costs before that op): one at a time, so that
+        room is not made for copies that would wait behind it."""
         cdef Program p = self.prog
         cdef Engine e = self.engine
         cdef Py_ssize_t j, n = p.rec_kind.size()
         cdef int seen = 0, t, k, v, s
         cdef double between = 0.0
         cdef int far = -1
-        cdef bint idle = not e.h2d_free_at > e.now
         cdef vector[int] reads, wanted
         for j in range(i + 1, n):
             if p.rec_kind[j] != R_CALL and p.rec_kind[j] != R_MUTATE:
@@ -434,12 +431,11 @@ cdef class Replayer:
                     reads.push_back(s)
                 if seen == 2:
                     wanted.push_back(s)
-                elif far < 0 and seen > 2 and idle and e.on_host[s] == 1 \
-                        and <double>e.size[s] * e.h2d_rate > between:
+                elif far < 0 and seen > 2 and e.c_late_back(s, between):
                     far = s
             between += p.cost[t]
-            if seen >= 2 and (far >= 0 or not idle):
-                break
+            if seen >= 2 and (far >= 0 or not e.c_back_idle()):
+                break       # (busy: no input further ahead is late, c_late_back)
         if seen >= 2:
             if far >= 0:
                 wanted.push_back(far)
