@@ -29,6 +29,8 @@ frees contiguous runs of cheap tensors, DTR frees scattered ones and must evict 
 find one range large enough.
 
 Run (after `pip install .`): python examples/fragmentation.py [--budget 0.4] [--policies ...]
+Exit status (as `coop replay`'s): 0 when every policy completed, 3 when one ran out of memory
+(its column says where), 2 for a bad argument.
 """
 import os
 import sys
@@ -362,7 +364,8 @@ def main(argv=None):
         print(f"{label:{width}}  " + "  ".join(f"{columns[n][i][1]:>18}" for n in names))
     print("\nmemory maps: " + (", ".join(saved) or "none (every policy ran out of memory at its "
                                                   "first op)"))
+    return 3 if any(columns[n][0][1] != "completed" for n in names) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

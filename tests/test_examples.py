@@ -98,6 +98,17 @@ def test_fragmentation_reads_a_bare_ratio_and_refuses_a_bad_budget(capsys):
     assert err.count("\n") == 1 and "budget 'abc': not a budget" in err and '"0.5"' in err
 
 
+def test_fragmentation_exits_3_when_a_policy_runs_out_of_memory(tmp_path, capsys):
+    # as coop replay: a comparison where a policy did not complete says so in its status
+    example = load_example("fragmentation")
+    common = ["--out", str(tmp_path), "--bins", "8"]
+    assert example.main(["--budget", "0.5", *common]) == 0
+    assert example.main(["--budget", "0.2", *common]) == 3
+    out = capsys.readouterr().out
+    assert "dtr ran out of memory" in out and "OOM at step 414/1336" in out
+    assert not any(line.startswith("coop ran out of memory") for line in out.splitlines())
+
+
 def test_train_gpt_under_a_budget_is_bit_identical_to_an_unlimited_run(tmp_path):
     """The main job's claim: the budget changes where tensors live and what is recomputed,
     never a bit of the losses (schedule and clipping included: they run as coop ops)."""

@@ -171,6 +171,39 @@ def test_attention_matches_numpy_and_is_causal():
         nn.CausalSelfAttention(rt, 6, 4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_causal_mask_values_dtype_and_sharing(make_rt, dtype):
+    from coop.nn.transformer import causal_mask
+    rt = make_rt("1MiB")
+    full = causal_mask(rt, 6, dtype)
+    want = np.where(np.arange(6)[:, None] < np.arange(6)[None, :], -np.inf, 0.0).astype(dtype)
+    assert full.dtype == dtype and full.shape == (6, 6)
+    np.testing.assert_array_equal(full.numpy(), want)
+    assert causal_mask(rt, 6, dtype) is full            # one per runtime and dtype
+    corner = causal_mask(rt, 4, dtype)                  # a shorter one: the corner of it
+    np.testing.assert_array_equal(corner.numpy(), want[:4, :4])
+    longer = causal_mask(rt, 8, dtype)                  # a longer one replaces it
+    assert longer.shape == (8, 8) and causal_mask(rt, 6, dtype) is not full
+    np.testing.assert_array_equal(causal_mask(rt, 6, dtype).numpy(), want)
+
+
+def test_causal_mask_of_a_simulation_has_no_values():
+    # a simulation keeps sizes only: its 64 MiB mask is a size, no (T, T) array on the host
+    import tracemalloc
+
+    from coop.nn.transformer import causal_mask
+    rt = coop.Runtime(coop.SimBackend("1GiB"), cost="cpu")
+    tracemalloc.start()
+    try:
+        mask = causal_mask(rt, 1 << 12, np.float32)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert mask.shape == (1 << 12, 1 << 12) and mask.dtype == np.float32
+    assert rt.stats()["used_bytes"] == 4 << 24
+    assert peak < 1 << 20       # NumPy's buffers are traced: the mask's would be 64 MiB
+
+
 def test_transformer_block_is_pre_layer_norm():
     rt = host_runtime()
     x = np.random.default_rng(1).standard_normal((2, 4, 8))

@@ -11,7 +11,7 @@ import numpy
 
 from coop import ops
 from coop.nn.layers import GELU, Dropout, LayerNorm, Linear
-from coop.nn.module import Module, Sequential, as_tensor, generator, runtime_of
+from coop.nn.module import Module, Sequential, generator, runtime_of
 
 
 def causal_mask(rt, length, dtype):
@@ -19,14 +19,25 @@ def causal_mask(rt, length, dtype):
     constant per runtime and dtype, shared by every attention layer, of the longest length
     asked so far; a shorter one is a view of its corner. Made at a model's construction
     (GPT makes it for its block size), it sits with the parameters, not among activations."""
-    key = ("causal_mask", numpy.dtype(dtype))
+    dtype = numpy.dtype(dtype)
+    key = ("causal_mask", dtype)
     full = rt.shared.get(key)
     if full is None or full.shape[0] < length:
-        above = numpy.triu(numpy.ones((length, length), dtype=bool), 1)
-        full = rt.shared[key] = as_tensor(rt, numpy.where(above, -numpy.inf, 0.0).astype(dtype))
+        full = rt.shared[key] = rt.tensor(_mask_values(rt.xp, length, dtype))
     if full.shape[0] == length:
         return full
     return ops.getitem(full, (slice(0, length), slice(0, length)))
+
+
+def _mask_values(xp, length, dtype):
+    """The mask's values, made where the runtime keeps arrays (xp: NumPy, CuPy's arrays on the
+    device), as (length, length) comparisons of two ranges: a boolean and the result, nothing
+    wider than dtype. A simulation (xp None) keeps sizes only: (shape, dtype), no values."""
+    if xp is None:
+        return (length, length), dtype
+    index = xp.arange(length)
+    return xp.where(index[:, None] < index[None, :], xp.asarray(-numpy.inf, dtype=dtype),
+                    xp.asarray(0, dtype=dtype))
 
 
 class CausalSelfAttention(Module):
