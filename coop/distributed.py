@@ -263,9 +263,16 @@ def _runtime_of(tensors):
 
 def allreduce_gradients(params, comm, bucket_bytes=DEFAULT_BUCKET_BYTES):
     """Average the ``.grad`` of params over comm's ranks, in place, through arena buckets of
-    at most bucket_bytes. Parameters without a gradient are skipped: every rank must have
-    gradients for the same parameters (the same graph). Returns {buckets, bytes, seconds}."""
+    at most bucket_bytes. With more than one rank, the ranks first agree (one ``allgather`` of
+    a flag per parameter) on the parameters that have a gradient on any rank: a rank where
+    one of them has none (its graph did not reach it, or it skipped ``backward()``) gives it
+    a zero gradient, so every rank reduces the same buckets (as PyTorch's
+    DistributedDataParallel with unused parameters) and none waits alone in a collective the
+    others never enter. Parameters without a gradient on every rank are skipped. Returns
+    {buckets, bytes, seconds}."""
     params = list(params)
+    if comm.size > 1:
+        _agree_on_gradients(params, comm)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return dict(buckets=0, bytes=0, seconds=0.0)
@@ -278,6 +285,25 @@ def allreduce_gradients(params, comm, bucket_bytes=DEFAULT_BUCKET_BYTES):
     buckets, nbytes, seconds = _through_buckets(_runtime_of(grads), grads, bucket_bytes,
                                                 reduce, True)
     return dict(buckets=buckets, bytes=nbytes, seconds=seconds)
+
+
+def _agree_on_gradients(params, comm):
+    """Every parameter that has a gradient on some rank gets one here: zeros where it has
+    none (each rank then holds gradients for the same parameters)."""
+    if not hasattr(comm, "allgather"):
+        raise TypeError(f"averaging gradients over {comm.size} ranks needs a communicator with "
+                        f"allgather (coop.distributed.init()), got {type(comm).__name__}")
+    mine = [p.grad is not None for p in params]
+    every = comm.allgather(mine)
+    if any(len(flags) != len(params) for flags in every):
+        raise ValueError(f"the ranks average the gradients of different numbers of parameters "
+                         f"({', '.join(str(len(flags)) for flags in every)} by rank); pass "
+                         f"every rank's parameters in the same order")
+    for k, p in enumerate(params):
+        if not mine[k] and any(flags[k] for flags in every):
+            runtime = p.runtime
+            p.grad = runtime.tensor(runtime.xp.broadcast_to(runtime.xp.zeros((), p.dtype),
+                                                            p.shape))
 
 
 def broadcast_parameters(params, comm, root=0, bucket_bytes=DEFAULT_BUCKET_BYTES):
@@ -368,7 +394,9 @@ class DataParallel:
 
     def sync_gradients(self):
         """Average the gradients over the ranks (call after backward, before the step); the
-        buffers become rank 0's."""
+        buffers become rank 0's. A parameter with a gradient on some ranks only gets a zero
+        one on the others first (allreduce_gradients), so a rank that skipped backward, or
+        whose graph missed a layer, still takes part."""
         out = allreduce_gradients(self.params, self.comm, self.bucket_bytes)
         if self.buffers:
             broadcast_parameters(self.buffers, self.comm, bucket_bytes=self.bucket_bytes)

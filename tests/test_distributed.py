@@ -283,6 +283,69 @@ def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path):
                for k, v in half["model"].state_dict().items()) > 1e-3
 
 
+UNEVEN = """
+import json, sys
+import numpy as np
+import coop
+from coop import distributed, nn
+comm = distributed.init("mpi")
+rt = coop.Runtime(coop.numpy_allocator("4MiB"), cost="cpu")
+model = nn.Sequential(nn.Linear(rt, 16, 32, rng=0), nn.ReLU(), nn.Linear(rt, 32, 3, rng=1))
+dp = distributed.DataParallel(model, comm, bucket_bytes=256)
+x = rt.tensor(np.random.default_rng(comm.rank).normal(size=(8, 16)).astype(np.float32))
+first, second = model.parameters()[:2], model.parameters()[2:]
+flags = []
+for step in ("all on rank 0, none on rank 1", "rank 1 reaches the first layer only"):
+    for p in model.parameters():
+        p.grad = None
+    if comm.rank == 0:
+        model(x).sum().backward()
+    elif step.startswith("rank 1 reaches"):
+        (model[0](x) * model[0](x)).sum().backward()
+    mine = [None if p.grad is None else p.grad.numpy() for p in model.parameters()]
+    every = comm.allgather(mine)
+    dp.sync_gradients()
+    want = [sum(g for g in col if g is not None) / np.float32(2) for col in zip(*every)]
+    flags.append(all(p.grad.numpy().tobytes() == w.astype(np.float32).tobytes()
+                     for p, w in zip(model.parameters(), want)))
+rt.arena.check()
+if comm.rank == 0:
+    with open(sys.argv[1], "w") as f:
+        json.dump(dict(exact=flags, syncs=dp.syncs), f)
+"""
+
+
+def test_ranks_with_gradients_for_different_parameters_average_them_without_waiting(tmp_path):
+    # a rank that skips backward, or whose graph misses a layer, reduces zeros for them:
+    # every rank enters the same buckets, and each gradient is the sum over ranks / 2
+    launcher = mpiexec()
+    if launcher is None:
+        pytest.skip('no mpiexec: pip install "coop[mpi]" (the mpich wheel brings one)')
+    driver = tmp_path / "uneven.py"
+    driver.write_text(UNEVEN)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(coop.__file__)), env.get("PYTHONPATH", "")])
+    out = tmp_path / "uneven.json"
+    done = subprocess.run([launcher, "-n", "2", sys.executable, str(driver), str(out)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads(out.read_text()) == {"exact": [True, True], "syncs": 2}
+
+
+def test_agreeing_on_gradients_refuses_ranks_with_different_parameter_counts():
+    _, model = _model_with_grads()
+
+    class TwoRanks(distributed.MPICommunicator):
+        def allgather(self, value):
+            return [value, value[:-1]]
+
+    comm = TwoRanks(MPI.COMM_SELF)
+    comm.size = 2
+    with pytest.raises(ValueError, match=r"different numbers of parameters \(4, 3 by rank\)"):
+        distributed.allreduce_gradients(model.parameters(), comm)
+
+
 # ---- GPUs: NCCL through CuPy ------------------------------------------------------------------
 
 
