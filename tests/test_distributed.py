@@ -228,13 +228,13 @@ GPT = ["--budget", "0.7x", "--steps", "5", "--layers", "2", "--d-model", "32", "
 BATCH = 8   # per rank; the single process takes 2 x 8
 
 
-def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path):
+def two_ranks(tmp_path, source, *args, timeout):
+    """Run the Python source as 2 MPI ranks (mpiexec -n 2) with args; asserts it exits 0."""
     launcher = mpiexec()
     if launcher is None:
         pytest.skip('no mpiexec: pip install "coop[mpi]" (the mpich wheel brings one)')
     driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    out = str(tmp_path / "ranks")
+    driver.write_text(source)
     env = dict(os.environ)
     # as the example itself sets, but before the driver imports NumPy: one BLAS thread a rank
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -242,12 +242,16 @@ def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path):
     # the ranks import the coop this test imported (the source tree or the installed package)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(coop.__file__)), env.get("PYTHONPATH", "")])
-    command = [launcher, "-n", "2", sys.executable, str(driver),
-               os.path.join(EXAMPLES, "train_gpt.py"), out, *GPT, "--batch", str(BATCH),
-               "--bucket-bytes", "8KiB", "--distributed", "--check-identical",
-               "--out", str(tmp_path / "png2")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([launcher, "-n", "2", sys.executable, str(driver), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path):
+    out = str(tmp_path / "ranks")
+    two_ranks(tmp_path, DRIVER, os.path.join(EXAMPLES, "train_gpt.py"), out, *GPT, "--batch",
+              str(BATCH), "--bucket-bytes", "8KiB", "--distributed", "--check-identical",
+              "--out", str(tmp_path / "png2"), timeout=600)
     ranks = np.load(out + ".npz")
     meta = json.loads((tmp_path / "ranks.json").read_text())
 
@@ -318,18 +322,8 @@ if comm.rank == 0:
 def test_ranks_with_gradients_for_different_parameters_average_them_without_waiting(tmp_path):
     # a rank that skips backward, or whose graph misses a layer, reduces zeros for them:
     # every rank enters the same buckets, and each gradient is the sum over ranks / 2
-    launcher = mpiexec()
-    if launcher is None:
-        pytest.skip('no mpiexec: pip install "coop[mpi]" (the mpich wheel brings one)')
-    driver = tmp_path / "uneven.py"
-    driver.write_text(UNEVEN)
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(coop.__file__)), env.get("PYTHONPATH", "")])
     out = tmp_path / "uneven.json"
-    done = subprocess.run([launcher, "-n", "2", sys.executable, str(driver), str(out)], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    two_ranks(tmp_path, UNEVEN, str(out), timeout=120)
     assert json.loads(out.read_text()) == {"exact": [True, True], "syncs": 2}
 
 
