@@ -529,6 +529,46 @@ def test_a_constant_is_copied_out_ahead_of_the_pressure(tmp_path):
                                             + r["move_cost"])
 
 
+#: c (512 bytes) is read by x's and y's producers; y (2048) is evicted for d, then released:
+#: at the end c, x and y are held, 4,608 bytes, and y is evicted
+END = [
+    {"op": "meta", "alignment": 512},
+    {"op": "constant", "id": 0, "size": 512},
+    call("x", [0], 1, 2048),
+    call("y", [0], 2, 2048),
+    call("d", [1], 3, 512),
+    {"op": "release", "id": 3},
+]
+
+
+@pytest.mark.parametrize("budget", [3072, 4096])
+def test_the_end_of_a_replay_sends_a_held_value_to_the_host_tier_to_remake_another(tmp_path,
+                                                                                    budget):
+    """The replay's end makes every held value resident, in order: c and x are, then y's
+    recompute finds no room beside them. Without the tier that is the end (the budget holds
+    less than the three). With it, x, made resident before and the largest, goes to the host
+    tier, where it is safe, and y is recomputed (its copy out exposed: nothing runs after)."""
+    path = write_trace(tmp_path / "end.jsonl", END)
+    program = R.load(path)
+    assert R.unlimited(program)["lower_bound_bytes"] == 3072
+    assert R.replay(path, budget=budget, policy="coop", lookahead=0)["status"] == "oom"
+    arena, rp, _ = R.make_replayer(program, budget, "coop-offload", 512, lookahead=0)
+    rp.run(0)
+    e = rp.engine
+    c, x, y = (e.info(rp.storage_of(v)) for v in range(3))
+    assert (c["offset"] is not None, x["offset"] is not None, y["offset"]) == (True, True, None)
+    offloads = e.tier_counters()["offloads"]
+    rp.finish()
+    arena.check()
+    c, x, y = (e.info(rp.storage_of(v)) for v in range(3))
+    assert (x["offset"], x["on_host"]) == (None, 1)           # x went to the host tier
+    assert y["offset"] is not None and c["offset"] is not None
+    t = e.tier_counters()
+    assert t["offloads"] == offloads + 1 and t["copy_exposed"] == pytest.approx(2048 * D2H)
+    r = R.replay(path, budget=budget, policy="coop-offload", lookahead=0, check=True)
+    assert (r["status"], r["offloads"], r["recomputes"]) == ("ok", offloads + 1, 2)
+
+
 #: b (8192 bytes) and w and v (1024 each) are constants; g's room (at 12,288 bytes, the tier
 #: open for constants from the start) sends v out, then b, the stalest left, is copied out
 #: ahead; h reads b (so b cannot leave) and its room sends w out while b's copy still runs

@@ -202,6 +202,7 @@ cdef class _Tier(_Room):
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
     cdef readonly double copy_hidden   # copy time that ran under compute (prefetches, copies ahead)
     cdef int _offload(self, int s) except -1
+    cdef bint c_to_host(self, int s) except -1
     cdef int _no_host_room(self, int s) except -1
     cdef int _constant_on_host(self, int64_t size) except -2
     cdef int _leave(self, int s) except -1

@@ -139,6 +139,17 @@ cdef class _Tier(_Room):
         self._wait(self._copy_out(s, need))
         return self._leave(s)
 
+    cdef bint c_to_host(self, int s) except -1:
+        """Send resident s, unpinned, to the host tier now, where its bytes are safe (a replay's
+        end making room for a value it still holds: Replayer.finish): True when it went; False
+        without the tier, when a user's array holds it, or when the host tier has no room
+        without dropping a copy that something else needs."""
+        if not self.offloading or self.offset[s] < 0 or self.held[s] \
+                or not self._host_room(self.arena.request_size(self.size[s]), False):
+            return False
+        self._offload(s)
+        return self.offset[s] < 0
+
     cdef int _no_host_room(self, int s) except -1:
         """The host tier has no room for resident s: a recomputable s is evicted instead, a
         constant is refused (it stays, never offered again)."""
