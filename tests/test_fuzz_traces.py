@@ -289,6 +289,11 @@ def dtr_records(draw):
         else:
             records.append({"INSTRUCTION": "ANNOTATE",
                             "ANNOTATION": draw(st.sampled_from(["START", "BACKWARD"]))})
+    if not any(r["INSTRUCTION"] in ("CONSTANT", "CALL") for r in records):
+        # annotations alone make an empty log (an error, as an empty trace is), not a valid one
+        records = [{"INSTRUCTION": "CONSTANT", "NAME": f"x{k}"},
+                   {"INSTRUCTION": "MEMORY", "NAME": f"x{k}", "MEMORY": number(draw(SIZES))},
+                   *records]
     return records
 
 
