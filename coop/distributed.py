@@ -30,6 +30,7 @@ import time
 
 from coop._checks import check_int
 from coop.kernel import Kernel
+from coop.nn.module import make_buffer
 
 #: default bucket size: large enough that a small model needs a few buckets, small enough to
 #: fit beside a tight budget's constants
@@ -191,7 +192,7 @@ def _through_buckets(runtime, tensors, bucket_bytes, communicate, write_back):
     clock = _Clock(runtime.xp)
     layout = bucket_layout(tensors, bucket_bytes)
     for dtype, elements, segments in layout:
-        bucket = runtime.tensor(_zeros(elements, dtype, runtime.xp))
+        bucket = make_buffer(runtime, (elements,), dtype, 0)
         apply(PACK, bucket, *[tensors[i] for i, _, _, _ in segments],
               layout=tuple((start, stop, offset) for _, start, stop, offset in segments))
         with bucket.borrow() as memory:
@@ -239,13 +240,6 @@ class _Clock:
         self._pairs[-1][1].synchronize()
         import cupy
         return sum(cupy.cuda.get_elapsed_time(a, b) for a, b in self._pairs) / 1e3
-
-
-def _zeros(elements, dtype, xp):
-    """A bucket's initial value, a broadcast view of one zero: on the host no memory of the
-    bucket's size; on a device the zero is a device array, so the runtime's copy runs on the
-    device (a host view would be staged through a pinned host copy of the whole bucket)."""
-    return xp.broadcast_to(xp.zeros((), dtype), (elements,))
 
 
 def _runtime_of(tensors):
@@ -301,9 +295,7 @@ def _agree_on_gradients(params, comm):
                          f"every rank's parameters in the same order")
     for k, p in enumerate(params):
         if not mine[k] and any(flags[k] for flags in every):
-            runtime = p.runtime
-            p.grad = runtime.tensor(runtime.xp.broadcast_to(runtime.xp.zeros((), p.dtype),
-                                                            p.shape))
+            p.grad = make_buffer(p.runtime, p.shape, p.dtype, 0)
 
 
 def broadcast_parameters(params, comm, root=0, bucket_bytes=DEFAULT_BUCKET_BYTES):

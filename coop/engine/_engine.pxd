@@ -202,7 +202,7 @@ cdef class _Tier(_Room):
     cdef readonly double copy_exposed  # link time the clock waited for (charged as cost)
     cdef readonly double copy_hidden   # copy time that ran under compute (prefetches, copies ahead)
     cdef int _offload(self, int s) except -1
-    cdef bint c_to_host(self, int s) except -1
+    cdef bint _to_host(self, int s) except -1
     cdef int _no_host_room(self, int s) except -1
     cdef int _constant_on_host(self, int64_t size) except -2
     cdef int _leave(self, int s) except -1
@@ -232,6 +232,8 @@ cdef class _Residency(_Tier):
     cdef void c_pin(self, int s) noexcept
     cdef int c_unpin(self, int s, bint release) except -1
     cdef int c_make_resident(self, int s) except -1
+    cdef int c_keep_resident(self, vector[int]& targets) except -1
+    cdef bint _kept_to_host(self, vector[int]& kept) except -1
     cdef bint c_resident(self, int s) noexcept
     cdef int c_access(self, int s) except -1
     cdef int c_materialize(self, int s, bint settle) except -1

@@ -42,6 +42,50 @@ cdef class _Residency(_Tier):
         one.push_back(s)
         return self._make_resident(one)
 
+    cdef int c_keep_resident(self, vector[int]& targets) except -1:
+        """Each of targets, in order, is made resident and pinned (a recompute may be
+        needed), or stays in the host tier, where its bytes are safe: a replay's end, for the
+        values the program still holds. With the tier, when no room can be made for one, one
+        kept before it goes to the host tier (_kept_to_host) and the room is sought again."""
+        cdef vector[int] kept
+        cdef int s
+        for s in targets:
+            if self.on_host[s]:
+                continue
+            self.c_pin(s)
+            while True:
+                try:
+                    self.c_make_resident(s)
+                    break
+                except OutOfMemoryError:
+                    if not self._kept_to_host(kept):
+                        raise
+            kept.push_back(s)
+        return 0
+
+    cdef bint _kept_to_host(self, vector[int]& kept) except -1:
+        """c_keep_resident found no room: of the storages it kept, the largest that can go to
+        the host tier goes there, unpinned (ties: the first kept); False when none can."""
+        cdef vector[unsigned char] tried
+        cdef size_t k, best
+        cdef int s
+        tried.assign(kept.size(), 0)
+        while True:
+            best = kept.size()
+            for k in range(kept.size()):
+                if not tried[k] and self.offset[kept[k]] >= 0 and (
+                        best == kept.size() or self.size[kept[k]] > self.size[kept[best]]):
+                    best = k
+            if best == kept.size():
+                return False
+            tried[best] = 1
+            s = kept[best]
+            self.c_unpin(s, False)
+            if self._to_host(s):
+                kept.erase(kept.begin() + best)
+                return True
+            self.c_pin(s)
+
     cdef inline bint c_resident(self, int s) noexcept:
         return self.offset[s] >= 0
 

@@ -139,11 +139,11 @@ cdef class _Tier(_Room):
         self._wait(self._copy_out(s, need))
         return self._leave(s)
 
-    cdef bint c_to_host(self, int s) except -1:
-        """Send resident s, unpinned, to the host tier now, where its bytes are safe (a replay's
-        end making room for a value it still holds: Replayer.finish): True when it went; False
-        without the tier, when a user's array holds it, or when the host tier has no room
-        without dropping a copy that something else needs."""
+    cdef bint _to_host(self, int s) except -1:
+        """Send resident s, unpinned, to the host tier now, where its bytes are safe (room for
+        a value kept at a replay's end: c_keep_resident): True when it went; False without
+        the tier, when a user's array holds it, or when the host tier has no room without
+        dropping a copy that something else needs."""
         if not self.offloading or self.offset[s] < 0 or self.held[s] \
                 or not self._host_room(self.arena.request_size(self.size[s]), False):
             return False

@@ -98,12 +98,15 @@ def make_parameter(rt, shape, dtype, draw, requires_grad=True):
 
 
 def make_buffer(rt, shape, dtype, fill):
-    """A constant Tensor (no grad) of shape filled with `fill`: running statistics."""
+    """A constant Tensor (no grad) of shape filled with `fill`: running statistics, optimizer
+    state, gradient buckets. The runtime copies a broadcast view of one `fill` made by its own
+    module: on the host no temporary of the buffer's size; on a device the copy runs there (a
+    host view would be staged through a pinned host copy of the whole buffer)."""
     rt = runtime_of(rt)
     shape = tuple(int(d) for d in shape)
     if rt.xp is None:
         return rt.tensor((shape, numpy.dtype(dtype)))
-    return rt.tensor(numpy.full(shape, fill, dtype=dtype))
+    return rt.tensor(rt.xp.broadcast_to(rt.xp.asarray(fill, dtype=dtype), shape))
 
 
 def uniform(rng, bound):

@@ -354,41 +354,15 @@ cdef class Replayer:
 
     def finish(self):
         """The end of the trace: every value the program still holds is made resident and
-        pinned (a recompute may be needed), or stays in the host tier, where it is safe. With
-        the tier, when no room can be made for one, a value made resident before it goes to
-        the host tier (the largest first) and the room is sought again."""
-        cdef int v, s
-        cdef Engine e = self.engine
-        cdef list done = []
+        pinned (a recompute may be needed), or stays in the host tier, where it is safe; with
+        the tier, one made resident before may go there to make room for a later one
+        (Engine.c_keep_resident)."""
+        cdef int v
+        cdef vector[int] held
         for v in range(self.prog.n_values):
             if self.held[v]:
-                s = self.sid_of[v]
-                if e.on_host[s]:
-                    continue
-                e.c_pin(s)
-                while True:
-                    try:
-                        e.c_make_resident(s)
-                        break
-                    except OutOfMemoryError:
-                        if not self._to_host(done):
-                            raise
-                done.append(s)
-
-    cdef bint _to_host(self, list done) except -1:
-        """finish could make no room: the largest of the values it made resident that can go
-        to the host tier goes there (unpinned); False when none can."""
-        cdef Engine e = self.engine
-        cdef int s
-        for s in sorted(done, key=lambda t: -e.size[t]):
-            if e.offset[s] < 0:
-                continue
-            e.c_unpin(s, False)
-            if e.c_to_host(s):
-                done.remove(s)
-                return True
-            e.c_pin(s)
-        return False
+                held.push_back(self.sid_of[v])
+        self.engine.c_keep_resident(held)
 
     def resident_values(self):
         cdef Engine e = self.engine
