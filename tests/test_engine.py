@@ -136,6 +136,42 @@ def test_a_shared_released_ancestor_is_recomputed_linearly_not_once_per_path(pol
 
 
 @pytest.mark.parametrize("policy", [p for p in coop.POLICIES if p not in ("dtr-ideal", "none")])
+def test_a_dependency_a_later_frame_reads_is_not_the_first_victim(policy):
+    # A skip connection: t = g(y, z) with y = h(b), b = h(a) and z = h(a); a, b, y and z
+    # released, so only t's record needs them. Bringing t back runs a, b, y for t's first
+    # input, then z for its second, which reads a again. With 4 KiB and c and f resident,
+    # y needs room once a and b are made. Counting a's readers over the frames pushed so far
+    # (b's alone) demoted a once b had run, so y's room took a, the first victim, and z made
+    # a again: 6 recomputes. Counted over the whole call, a still has z to come: it is
+    # ranked as if untouched since time 0, no longer the first victim, so y's room takes f
+    # (cheaper to recompute, and stale) and each value is made once. lru ranks by age alone,
+    # and a, untouched since 0 by that rank, is older than f: it still takes a (and f
+    # later, for t).
+    e, arena = engine(4 * KIB, policy)
+    c = e.constant(KIB)
+    e.retain(c)
+    a = call(e, [c], KIB, cost=100.0)
+    b = call(e, [a], KIB)
+    y = call(e, [b], KIB)
+    e.unref(b)
+    z = call(e, [a], KIB)
+    e.unref(a)
+    t = call(e, [y, z], KIB)
+    e.unref(y)
+    e.unref(z)
+    assert [e.resident(s) for s in (c, a, b, y, z, t)] == [True] + [False] * 4 + [True]
+    e.evict_now(t)
+    f = call(e, [c], KIB, cost=1.0)
+    e.pin(t)
+    e.make_resident(t)
+    e.unpin(t)
+    arena.check()
+    assert e.stats()["recomputes"] == (6 if policy == "lru" else 5)
+    assert e.resident(t) and not e.resident(f)
+    assert e.pinned() == {}
+
+
+@pytest.mark.parametrize("policy", [p for p in coop.POLICIES if p not in ("dtr-ideal", "none")])
 def test_a_demoted_dependency_is_every_policys_first_victim_and_is_freed(policy):
     # h: 2 KiB, cost 1, untouched since the start: what every policy would evict first (dtr's
     # and dte's lowest c' / (size x staleness), lru's oldest, size's largest, the cheapest

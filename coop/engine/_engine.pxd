@@ -75,7 +75,8 @@ cdef class _Records(_Clock):
     cdef vector[unsigned char] released_pinned   # released while pinned: settled at its last unpin
     cdef vector[unsigned char] remade  # recomputes since the program released it, up to 2
     cdef vector[vector[uint64_t]] consumers   # ops that read it, as (generation << 32 | op)
-    cdef vector[int] needs             # scratch of _rematerialize: pending frames reading it
+    cdef vector[int] needs             # scratch of _rematerialize: the call's readings of it to come
+    cdef vector[int] pending           # scratch of _rematerialize: pushed frames reading it
     cdef vector[unsigned char] temp    # scratch of _rematerialize: recomputed as a dependency
     cdef vector[unsigned char] on_host # its bytes are in the host tier (offloaded), not resident
     cdef vector[double] ready_at       # a prefetch's copy back completes then (the clock); 0: none
@@ -93,6 +94,7 @@ cdef class _Records(_Clock):
     cdef vector[int] tag               # the caller's id for it (a program's op index)
     cdef vector[unsigned int] generation
     cdef vector[int] free_ops
+    cdef vector[unsigned char] planned # scratch of _rematerialize: its inputs' readings counted
     cdef vector[int] work              # scratch of _collect
     # executors' API (unchecked: ids come from the engine)
     cdef Py_ssize_t c_offset(self, int s) noexcept
@@ -239,6 +241,7 @@ cdef class _Residency(_Tier):
     cdef int c_materialize(self, int s, bint settle) except -1
     cdef int _make_resident(self, vector[int]& targets) except -1
     cdef int _rematerialize(self, int target, vector[int]& targets) except -1
+    cdef void _plan(self, int target, vector[int]& touched, vector[int]& planned_ops) noexcept
     cdef void _push_frame(self, int s, vector[int]& f_storage, vector[int]& f_next,
                           vector[int]& f_start, vector[int]& f_len, vector[int]& f_inputs,
                           vector[int]& touched) noexcept

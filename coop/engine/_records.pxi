@@ -35,6 +35,7 @@ cdef class _Records(_Clock):
         self.remade.push_back(0)
         self.consumers.push_back(vector[uint64_t]())
         self.needs.push_back(0)
+        self.pending.push_back(0)
         self.temp.push_back(0)
         self.on_host.push_back(0)
         self.ready_at.push_back(0.0)
@@ -194,6 +195,7 @@ cdef class _Records(_Clock):
         self.placement_of.push_back(PLACE_EXPENSIVE)
         self.tag.push_back(-1)
         self.generation.push_back(0)
+        self.planned.push_back(0)
         return o
 
     cdef int _kill_op(self, int o) except -1:

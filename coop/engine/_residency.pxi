@@ -113,14 +113,25 @@ cdef class _Residency(_Tier):
         has run recomputes a shared ancestor once per path through the graph's fan-outs
         (exponentially many), and a value another path of the same call reads next (a
         sibling's input) once more per call; keeping every one past the call costs more at
-        tight budgets than it saves where no path shares it (docs/benchmarks.md). An error
-        leaves no dependency pinned."""
+        tight budgets than it saves where no path shares it (docs/benchmarks.md).
+
+        A dependency's readers are counted over every op the call will run, before it starts
+        (_plan), not only over the frames pushed so far: a frame's later input can read again
+        what an earlier input's chain recomputed (a residual block's skip connection), and a
+        dependency demoted before that reading was the first victim, evicted, and its chain
+        recomputed once more per such reading. Once no pushed frame reads it but a planned
+        reader is still to run, it is ranked as if untouched since time 0 (a mild demotion:
+        kept resident while a cheaper victim exists, rather than holding its place at the
+        clock's now and pushing out values the call will reach later). An error leaves no
+        dependency pinned."""
         cdef vector[int] f_storage, f_next, f_start, f_len
         cdef vector[int] f_inputs       # the frames' unique inputs, concatenated
         cdef vector[int] touched
         cdef vector[int] first_made     # released, recomputed for the first time: evicted at
                                         # the end (a storage may appear more than once)
+        cdef vector[int] planned_ops
         cdef int top, s, i, dep, k
+        self._plan(target, touched, planned_ops)
         self._push_frame(target, f_storage, f_next, f_start, f_len, f_inputs, touched)
         try:
             while not f_storage.empty():
@@ -160,16 +171,28 @@ cdef class _Residency(_Tier):
                 for k in range(f_start[top], f_start[top] + f_len[top]):
                     dep = f_inputs[k]
                     self.needs[dep] -= 1
+                    self.pending[dep] -= 1
                     # a dependency recomputed for this call, or one the program released
                     # (kept from an earlier call and read again), is demoted once read
                     if self.needs[dep] == 0 and not _contains(targets, dep) and (self.temp[dep]
                             or (not self.users[dep] and self.producer[dep] >= 0)):
                         self._demote(dep)
+                    elif self.pending[dep] == 0 and self.temp[dep] \
+                            and self.offset[dep] >= 0 and not _contains(targets, dep):
+                        # read again later in this call, by a frame not pushed yet
+                        self.arena.c_touch(self.slot[dep], 0.0)
                 f_inputs.resize(f_start[top])
                 f_storage.pop_back()
                 f_next.pop_back()
                 f_start.pop_back()
                 f_len.pop_back()
+            # a planned reading that never ran (its op's output came back with a sibling's):
+            # what it would have read is demoted now, as its last reader would have
+            for dep in touched:
+                if self.needs[dep] > 0 and self.temp[dep] and self.pins[dep] == 0 \
+                        and not _contains(targets, dep):
+                    self.needs[dep] = 0
+                    self._demote(dep)
             for dep in first_made:
                 if self.remade[dep] == 1:       # _evict_eagerly skips the pinned and the gone
                     self._evict_eagerly(dep)
@@ -183,14 +206,44 @@ cdef class _Residency(_Tier):
         finally:
             for s in touched:
                 self.needs[s] = 0
+                self.pending[s] = 0
                 self.temp[s] = 0
+            for k in planned_ops:
+                self.planned[k] = 0
         return 0
+
+    cdef void _plan(self, int target, vector[int]& touched, vector[int]& planned_ops) noexcept:
+        """Count, before _rematerialize starts, each storage's readings among the ops it will
+        run: the producers of target and of every evicted storage (not in the host tier) they
+        read, transitively, each op once (planned). Their frames' first pushes then count
+        nothing more (_push_frame); a frame pushed again (its storage evicted during the call)
+        counts its inputs again, as it reads them again."""
+        cdef vector[int] stack, uniq
+        cdef int s, o, dep
+        stack.push_back(target)
+        while not stack.empty():
+            s = stack.back()
+            stack.pop_back()
+            o = self.producer[s]
+            if o < 0 or self.planned[o]:
+                continue
+            self.planned[o] = 1
+            planned_ops.push_back(o)
+            _unique_into(self.op_in[o], uniq)
+            for dep in uniq:
+                self.needs[dep] += 1
+                touched.push_back(dep)
+                if self.offset[dep] < 0 and not self.on_host[dep] and self.producer[dep] >= 0:
+                    stack.push_back(dep)
 
     cdef void _push_frame(self, int s, vector[int]& f_storage, vector[int]& f_next,
                           vector[int]& f_start, vector[int]& f_len, vector[int]& f_inputs,
                           vector[int]& touched) noexcept:
         cdef vector[int] uniq
-        _unique_into(self.op_in[self.producer[s]], uniq)
+        cdef int o = self.producer[s]
+        cdef bint counted = self.planned[o]
+        self.planned[o] = 0           # counted once: a second push reads its inputs again
+        _unique_into(self.op_in[o], uniq)
         f_storage.push_back(s)
         f_next.push_back(0)
         f_start.push_back(f_inputs.size())
@@ -198,8 +251,10 @@ cdef class _Residency(_Tier):
         cdef int dep
         for dep in uniq:
             f_inputs.push_back(dep)
-            self.needs[dep] += 1
+            self.pending[dep] += 1
             touched.push_back(dep)
+            if not counted:
+                self.needs[dep] += 1
         touched.push_back(s)
 
     cdef void _demote(self, int s) noexcept:
