@@ -186,7 +186,8 @@ cdef class _Residency(_Tier):
                 f_next.pop_back()
                 f_start.pop_back()
                 f_len.pop_back()
-            # a planned reading that never ran (its op's output came back with a sibling's):
+            # a reading planned for an op that did not run after all (each planned op runs
+            # once its first evicted output is reached, so this only guards the counts):
             # what it would have read is demoted now, as its last reader would have
             for dep in touched:
                 if self.needs[dep] > 0 and self.temp[dep] and self.pins[dep] == 0 \
