@@ -186,14 +186,6 @@ cdef class _Residency(_Tier):
                 f_next.pop_back()
                 f_start.pop_back()
                 f_len.pop_back()
-            # a reading planned for an op that did not run after all (each planned op runs
-            # once its first evicted output is reached, so this only guards the counts):
-            # what it would have read is demoted now, as its last reader would have
-            for dep in touched:
-                if self.needs[dep] > 0 and self.temp[dep] and self.pins[dep] == 0 \
-                        and not _contains(targets, dep):
-                    self.needs[dep] = 0
-                    self._demote(dep)
             for dep in first_made:
                 if self.remade[dep] == 1:       # _evict_eagerly skips the pinned and the gone
                     self._evict_eagerly(dep)
