@@ -380,6 +380,32 @@ def test_out_of_memory_while_rematerializing_leaves_nothing_pinned(policy):
     arena.check()
 
 
+@pytest.mark.parametrize("policy", ["coop", "dtr"])
+def test_a_recompute_with_no_room_for_its_second_output_leaves_nothing_pinned(policy):
+    # x makes a and a2; both evicted, then read with d: the recompute places a in the one
+    # free KiB and finds no room for a2 (c, d and a pinned)
+    e, arena = engine(4 * KIB, policy)
+    c = e.constant(KIB)
+    e.retain(c)
+    o = e.begin([c], CHEAP)
+    a, a2 = e.finish_call(o, 10.0, [(KIB, -1), (KIB, -1)])
+    e.retain(a)
+    e.retain(a2)
+    e.evict_now(a)
+    e.evict_now(a2)
+    d = call(e, [c], 2 * KIB, placement=EXPENSIVE)
+    with pytest.raises(coop.OutOfMemoryError):
+        e.begin([a, a2, d], CHEAP)
+    # the placed output was left pinned: a leak that no later choice could take back
+    assert e.pinned() == {} and not e.resident(a2)
+    arena.check()
+    e.unref(d)                          # the room comes back, and the same op then runs
+    o = e.begin([a, a2], CHEAP)
+    e.finish_call(o, 10.0, [(KIB, -1)])
+    assert e.resident(a) and e.resident(a2)
+    arena.check()
+
+
 def test_the_thrash_limit_stops_a_run():
     e, arena = engine(thrash=25.0)
     c = e.constant(KIB)

@@ -379,6 +379,34 @@ def test_a_bad_coop_trace_names_its_line(tmp_path, records, message):
 HOST_CALL = {"op": "call", "name": "f", "inputs": [], "cost": 1, "allocs": [64, 64]}
 
 
+def test_a_host_kernel_recompute_with_no_room_frees_what_it_allocated(tmp_path):
+    # a's kernel allocates its output (1 KiB) and a 2 KiB scratch it frees; recomputed with
+    # 1 KiB free and nothing to evict, its scratch finds no room
+    path = write_trace(tmp_path / "t.jsonl", [
+        {"op": "meta", "alignment": 512},
+        {"op": "constant", "id": 0, "size": 2048},
+        {"op": "call", "name": "a", "inputs": [], "cost": 1, "allocs": [1024, 2048, -2],
+         "outputs": [{"id": 1, "size": 1024, "alloc": 0}]},
+        {"op": "call", "name": "b", "inputs": [], "cost": 1, "allocs": [1024],
+         "outputs": [{"id": 2, "size": 1024, "alloc": 0}]}])
+    program = R.load(path)
+    arena, rp, _ = R.make_replayer(program, 5120, "dtr", 512)
+    rp.run(0, program.n_records)
+    e = rp.engine
+    e.evict_now(1)
+    e.pin(2)
+    with pytest.raises(coop.OutOfMemoryError, match="cannot allocate 2048 bytes"):
+        e.executor.run(0)
+    # its output's allocation was an anonymous piece left used: memory no choice could free
+    assert [p for p in arena.pieces() if not p[2] and p[3] < 0] == []
+    assert arena.stats()["used_bytes"] == 3072 and not e.resident(1)
+    arena.check()
+    e.unpin(2)
+    e.make_resident(1)                  # with b evictable, the recompute finds its room
+    assert e.resident(1) and not e.resident(2)
+    arena.check()
+
+
 @pytest.mark.parametrize("records, message", [
     # a host output without its allocation: the replayer read alloc_off[-1]
     ([{**HOST_CALL, "outputs": [{"id": 1, "size": 64}]}],

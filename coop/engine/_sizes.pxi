@@ -29,17 +29,20 @@ cdef class SizeExecutor(Executor):
         cdef Engine e = self.engine
         cdef vector[int] placed
         cdef int k, s
-        for k in range(e.c_n_outputs(o)):
-            # asked as it goes: placing one output may evict another of o's, resident when
-            # the run started (nothing pins it), which is then placed in its turn
-            s = e.c_evicted_output(o, k)
-            if s >= 0:
-                # pinned until all are placed, as a kernel's outputs are while it runs
-                e.c_place(s, e.c_placement(o))
-                e.c_pin(s)
-                placed.push_back(s)
-        for s in placed:
-            e.c_unpin(s, False)
+        try:
+            for k in range(e.c_n_outputs(o)):
+                # asked as it goes: placing one output may evict another of o's, resident
+                # when the run started (nothing pins it), which is then placed in its turn
+                s = e.c_evicted_output(o, k)
+                if s >= 0:
+                    # pinned until all are placed, as a kernel's outputs are while it runs
+                    e.c_place(s, e.c_placement(o))
+                    e.c_pin(s)
+                    placed.push_back(s)
+        finally:
+            # also when one found no room: an error leaves nothing pinned
+            for s in placed:
+                e.c_unpin(s, False)
         return 0
 
     cpdef bint drop(self, int s) except -1:

@@ -191,11 +191,19 @@ cdef class _ReplayExecutor(SizeExecutor):
         cdef vector[int] inputs, index, missing
         cdef bint mutate = p.mut_ptr[t + 1] > p.mut_ptr[t]
         # a host kernel: an in-place op first copies the old value(s) into fresh memory
-        if mutate:
-            inputs = e.c_inputs(o)
-            for m in range(p.mut_ptr[t], p.mut_ptr[t + 1]):
-                fresh.push_back(e.c_allocate(e.c_size(inputs[p.muts[m]]), placement))
-        self._run_events(t, placement)
+        try:
+            if mutate:
+                inputs = e.c_inputs(o)
+                for m in range(p.mut_ptr[t], p.mut_ptr[t + 1]):
+                    fresh.push_back(e.c_allocate(e.c_size(inputs[p.muts[m]]), placement))
+            self._run_events(t, placement)
+        except BaseException:
+            # a failed recompute (no room) leaves no anonymous piece behind: what the
+            # kernel had allocated is freed, as a failed kernel's arrays are
+            for k in range(fresh.size()):
+                e.arena.c_free(fresh[k])
+            self._free_leftovers()
+            raise
         e.c_evicted_outputs(o, index, missing)
         if mutate:
             # output k is mutated input k's new value: it takes fresh copy k if it has no memory
