@@ -6,7 +6,8 @@ again under a random budget and policy.
 Properties: every error is clean (the kernel's own, or coop's OutOfMemoryError) and leaves the
 engine and the arena consistent (check(), nothing pinned); every value read is bit-identical
 to the unlimited run's; at the end, dropping the program's tensors leaves no storage and no
-used byte.
+used byte. A program that catches each OutOfMemoryError and goes on reads what an unlimited
+run of its other steps reads: a step that ran out left nothing behind.
 
 The host tier's policies get tests of their own: the same programs with training steps
 marked (mark_step, which a lookahead's prefetch and pricing go by), a random lookahead and a
@@ -81,23 +82,27 @@ tier_programs = st.lists(st.tuples(st.sampled_from(TIER_STEPS), st.integers(0, 1
                          min_size=10, max_size=60)
 
 
-def run(program, budget, policy, events=True, **tier):
+def run(program, budget, policy, events=True, go_on=False, numbers=None, **tier):
     """Run program; returns (what each step read or raised, stopped early by OOM). events:
     hypothesis's, inside a hypothesis test; tier: the host tier's Runtime arguments
     (lookahead, host_budget); with them, copies back ahead land only when awaited
     (LateCopies)."""
     rt = coop.Runtime(LateCopies(budget) if tier else coop.numpy_allocator(budget),
                       policy=policy, cost="cpu", **tier)
-    live, log, oom = [], [], False
+    live, log, oom, failed = [], [], False, []
     for step, (kind, i, j, interrupt) in enumerate(program):
         try:
-            log.append(_step(rt, live, kind, i, j, interrupt, step))
+            log.append(_step(rt, live, kind, i, j, interrupt,
+                             step if numbers is None else numbers[step]))
         except (Boom, KeyboardInterrupt) as exc:
             exc.__traceback__ = None           # its frames hold the kernel's arrays
             log.append(type(exc).__name__)
         except coop.OutOfMemoryError as exc:
             exc.__traceback__ = None
-            oom = True
+            if go_on:
+                failed.append(step)
+            else:
+                oom = True
         rt.arena.check()
         assert rt.pinned() == {}
         if oom:
@@ -124,7 +129,7 @@ def run(program, budget, policy, events=True, **tier):
     del live
     assert rt.storages() == [] and rt.arena.stats()["used_bytes"] == 0
     rt.arena.check()
-    return log, oom
+    return (log, oom, failed) if go_on else (log, oom)
 
 
 def _step(rt, live, kind, i, j, interrupt, step):
@@ -177,6 +182,24 @@ def test_a_random_program_under_a_budget_reads_what_it_reads_with_room(program, 
         assert _same(want, have), f"step {step}: {program[step] if step < len(program) else 'end'}"
 
 
+@SETTINGS
+@given(program=programs, budget_kib=st.integers(2, 8), policy=st.sampled_from(POLICIES))
+def test_a_random_program_that_goes_on_after_running_out_reads_what_it_reads_with_room(
+        program, budget_kib, policy):
+    # each step that runs out of memory is caught and the program goes on: that step left
+    # nothing behind, so the run reads what an unlimited run of the other steps reads
+    got, oom, failed = run(program, budget_kib * 1024, policy, go_on=True)
+    numbers = [k for k in range(len(program)) if k not in failed]
+    kept = [program[k] for k in numbers]
+    expected, oom_expected = run(kept, UNLIMITED, "coop", events=False, numbers=numbers)
+    assert not oom_expected
+    if oom:                             # the reads at the end ran out: the steps' reads match
+        expected = expected[:len(got)]
+    assert len(got) == len(expected)
+    for step, (want, have) in enumerate(zip(expected, got)):
+        assert _same(want, have), f"step {step}: {kept[step] if step < len(kept) else 'end'}"
+
+
 @settings(SETTINGS, max_examples=EXAMPLES or 600)
 @given(program=tier_programs, budget_kib=st.integers(2, 8),
        policy=st.sampled_from(TIER_POLICIES), lookahead=st.sampled_from([0, 1, 2, 8]),
@@ -190,6 +213,25 @@ def test_a_random_program_with_the_host_tier_reads_what_it_reads_with_room(
     assert len(got) <= len(expected) and (oom or len(got) == len(expected))
     for step, (want, have) in enumerate(zip(expected, got)):
         assert _same(want, have), f"step {step}: {program[step] if step < len(program) else 'end'}"
+
+
+@settings(SETTINGS, max_examples=EXAMPLES or 600)
+@given(program=tier_programs, budget_kib=st.integers(2, 8),
+       policy=st.sampled_from(TIER_POLICIES), lookahead=st.sampled_from([0, 1, 2, 8]),
+       host_kib=st.sampled_from([None, 1, 4]))
+def test_a_random_program_with_the_host_tier_that_goes_on_after_running_out(
+        program, budget_kib, policy, lookahead, host_kib):
+    got, oom, failed = run(program, budget_kib * 1024, policy, go_on=True, lookahead=lookahead,
+                           host_budget=None if host_kib is None else host_kib * 1024)
+    numbers = [k for k in range(len(program)) if k not in failed]
+    kept = [program[k] for k in numbers]
+    expected, oom_expected = run(kept, UNLIMITED, "coop", events=False, numbers=numbers)
+    assert not oom_expected
+    if oom:
+        expected = expected[:len(got)]
+    assert len(got) == len(expected)
+    for step, (want, have) in enumerate(zip(expected, got)):
+        assert _same(want, have), f"step {step}: {kept[step] if step < len(kept) else 'end'}"
 
 
 LOOP_OPS = ["add", "mix", "scale", "matmul", "split", "flip", "tanh_", "read", "update"]
