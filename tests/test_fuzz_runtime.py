@@ -188,7 +188,13 @@ def test_a_random_program_that_goes_on_after_running_out_reads_what_it_reads_wit
         program, budget_kib, policy):
     # each step that runs out of memory is caught and the program goes on: that step left
     # nothing behind, so the run reads what an unlimited run of the other steps reads
-    got, oom, failed = run(program, budget_kib * 1024, policy, go_on=True)
+    _reads_as_without_its_failed_steps(program,
+                                       *run(program, budget_kib * 1024, policy, go_on=True))
+
+
+def _reads_as_without_its_failed_steps(program, got, oom, failed):
+    """got (what a run that went on after each OutOfMemoryError read; the steps in failed ran
+    out) equals what an unlimited run of program's other steps reads."""
     numbers = [k for k in range(len(program)) if k not in failed]
     kept = [program[k] for k in numbers]
     expected, oom_expected = run(kept, UNLIMITED, "coop", events=False, numbers=numbers)
@@ -200,10 +206,15 @@ def test_a_random_program_that_goes_on_after_running_out_reads_what_it_reads_wit
         assert _same(want, have), f"step {step}: {kept[step] if step < len(kept) else 'end'}"
 
 
+#: the host tier's programs: a policy with the tier, a lookahead and a host budget
+tier_examples = given(program=tier_programs, budget_kib=st.integers(2, 8),
+                      policy=st.sampled_from(TIER_POLICIES),
+                      lookahead=st.sampled_from([0, 1, 2, 8]),
+                      host_kib=st.sampled_from([None, 1, 4]))
+
+
 @settings(SETTINGS, max_examples=EXAMPLES or 600)
-@given(program=tier_programs, budget_kib=st.integers(2, 8),
-       policy=st.sampled_from(TIER_POLICIES), lookahead=st.sampled_from([0, 1, 2, 8]),
-       host_kib=st.sampled_from([None, 1, 4]))
+@tier_examples
 def test_a_random_program_with_the_host_tier_reads_what_it_reads_with_room(
         program, budget_kib, policy, lookahead, host_kib):
     expected, oom = run(program, UNLIMITED, "coop")
@@ -216,22 +227,12 @@ def test_a_random_program_with_the_host_tier_reads_what_it_reads_with_room(
 
 
 @settings(SETTINGS, max_examples=EXAMPLES or 600)
-@given(program=tier_programs, budget_kib=st.integers(2, 8),
-       policy=st.sampled_from(TIER_POLICIES), lookahead=st.sampled_from([0, 1, 2, 8]),
-       host_kib=st.sampled_from([None, 1, 4]))
+@tier_examples
 def test_a_random_program_with_the_host_tier_that_goes_on_after_running_out(
         program, budget_kib, policy, lookahead, host_kib):
-    got, oom, failed = run(program, budget_kib * 1024, policy, go_on=True, lookahead=lookahead,
-                           host_budget=None if host_kib is None else host_kib * 1024)
-    numbers = [k for k in range(len(program)) if k not in failed]
-    kept = [program[k] for k in numbers]
-    expected, oom_expected = run(kept, UNLIMITED, "coop", events=False, numbers=numbers)
-    assert not oom_expected
-    if oom:
-        expected = expected[:len(got)]
-    assert len(got) == len(expected)
-    for step, (want, have) in enumerate(zip(expected, got)):
-        assert _same(want, have), f"step {step}: {kept[step] if step < len(kept) else 'end'}"
+    _reads_as_without_its_failed_steps(
+        program, *run(program, budget_kib * 1024, policy, go_on=True, lookahead=lookahead,
+                      host_budget=None if host_kib is None else host_kib * 1024))
 
 
 LOOP_OPS = ["add", "mix", "scale", "matmul", "split", "flip", "tanh_", "read", "update"]
