@@ -9,12 +9,15 @@ failed_evictable, failed_bytes_fit). Per model, of the policy's replays that ran
 bytes (what was pinned or anonymous, the walls, the constants and the request together within
 the budget), how many had a range free of pinned pieces and walls at least as large as the
 request, and how many still had evictable pieces that no choice of the policy's could use;
-then the same over all models. Where the bytes fit and a range holds the request, the
-addresses stopped the run, not the budget.
+how many ran out inside a rematerialization (failed_recompute_depth), and there the median
+share of the pinned bytes that its pending ops' inputs held (failed_recompute_pinned over
+failed_pinned); then the same over all models. Where the bytes fit and a range holds the
+request, the addresses stopped the run, not the budget.
 """
 import argparse
 import json
 import os
+import statistics
 
 
 def load(folder, policy):
@@ -26,18 +29,25 @@ def load(folder, policy):
 
 
 def counts(rows):
-    """(failed, the bytes fit, a range holds the request, both, evictable pieces left)."""
+    """(failed, the bytes fit, a range holds the request, both, evictable pieces left, inside
+    a rematerialization, the median share of the pinned bytes its pending ops' inputs held
+    there, or "-" where none ran out inside one)."""
     fit = [r["failed_bytes_fit"] for r in rows]
     held = [r["failed_window"] >= r["failed_request"] for r in rows]
     left = sum(r["failed_evictable"] > 0 for r in rows)
-    return len(rows), sum(fit), sum(held), sum(a and b for a, b in zip(fit, held)), left
+    inside = [r for r in rows if r.get("failed_recompute_depth")]
+    shares = [r["failed_recompute_pinned"] / r["failed_pinned"] for r in inside]
+    share = f"{statistics.median(shares):.2f}" if shares else "-"
+    return (len(rows), sum(fit), sum(held), sum(a and b for a, b in zip(fit, held)), left,
+            len(inside), share)
 
 
 def table(rows):
     models = list(dict.fromkeys(r["model"] for r in rows))
     out = ["| model | out of memory | the bytes fit | a range free of pinned pieces and walls "
-           "holds the request | both | evictable pieces left |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+           "holds the request | both | evictable pieces left | inside a rematerialization | "
+           "its pending inputs' share of the pinned bytes (median) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for m in models + ["all"]:
         mine = rows if m == "all" else [r for r in rows if r["model"] == m]
         out.append("| " + " | ".join([m] + [str(x) for x in counts(mine)]) + " |")

@@ -374,10 +374,18 @@ def test_out_of_memory_while_rematerializing_leaves_nothing_pinned(policy):
     e.unref(a)
     e.evict_now(b)
     d = call(e, [c], 2 * KIB, placement=EXPENSIVE)   # fills the arena: c + d + a hole for one
-    with pytest.raises(coop.OutOfMemoryError):
-        call(e, [b, d], KIB)            # b needs a and itself: one more KiB than is free
-    assert e.pinned() == {} and e.resident(d)
+    # b needs a and itself: one more KiB than is free. The call planned b's op and a's; a was
+    # recomputed into the hole, and b's op, the one frame left, holds a pinned
+    with pytest.raises(coop.OutOfMemoryError, match=r"a rematerialization is under way, 1 op "
+                       r"deep of the 2 it planned: the inputs its pending ops read are 1 of "
+                       r"the pinned pieces, 1,024 bytes"):
+        call(e, [b, d], KIB)
+    assert e.oom_recompute == (1, 2, 1, KIB)
+    assert e.pinned() == {} and e.resident(d) and (e.remat_depth, e.remat_planned) == (0, 0)
     arena.check()
+    with pytest.raises(coop.OutOfMemoryError) as err:   # outside a rematerialization:
+        call(e, [c, d], 2 * KIB)                        # c and d pinned, 1 KiB left
+    assert e.oom_recompute is None and "rematerialization" not in str(err.value)
 
 
 @pytest.mark.parametrize("policy", ["coop", "dtr"])

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 from _gradcheck import deep_mlp, deep_mlp_loss, train_deep_mlp
-from _traces import write_trace
+from _traces import call, write_trace
 
 import coop
 import coop.trace.replay as R
@@ -682,6 +682,13 @@ def test_the_failure_line_says_whether_the_bytes_fit(pinned, verdict):
         f"100 (largest free range 5 bytes; no choice made room: {pinned} bytes pinned or "
         f"anonymous, 10 unevictable and unmovable, the largest range free of both 15 bytes, 20 "
         f"bytes of constants, which can only move, 3 evictable bytes left; {verdict})")
+    result.update(failed_recompute_depth=4, failed_recompute_planned=12,
+                  failed_recompute_pinned=40)   # inside a rematerialization
+    assert failure(result, 9).endswith(
+        f"{pinned} bytes pinned or anonymous, 40 of them the inputs of a rematerialization's "
+        f"pending ops (4 deep of the 12 it planned), 10 unevictable and unmovable, the largest "
+        f"range free of both 15 bytes, 20 bytes of constants, which can only move, 3 evictable "
+        f"bytes left; {verdict})")
     result["failed_pinned"] = None          # a failure without the search's figures
     assert failure(result, 9).endswith("(largest free range 5 bytes; no choice made room)")
 
@@ -703,8 +710,26 @@ def test_a_failed_replay_keeps_what_blocked_its_search(resnet_trace):
                                               <= failed["budget_bytes"])
     ok = R.replay(resnet_trace, ratio=1.0)
     assert [ok[k] for k in ("failed_pinned", "failed_walls", "failed_window",
-                            "failed_constants", "failed_evictable",
-                            "failed_bytes_fit")] == [None] * 6
+                            "failed_constants", "failed_evictable", "failed_bytes_fit",
+                            "failed_recompute_depth", "failed_recompute_planned",
+                            "failed_recompute_pinned")] == [None] * 9
+
+
+def test_a_replay_that_runs_out_inside_a_rematerialization_says_how_deep(tmp_path):
+    """b reads a and w; a is evicted for w, and its producer reads t, released and evicted:
+    b's call plans a's op and t's, recomputes t into the one free KiB, and finds no room for
+    a with t pinned for it."""
+    path = write_trace(tmp_path / "t.jsonl", [
+        {"op": "meta", "alignment": 512},
+        {"op": "constant", "id": 0, "size": 1024},
+        call("t", [0], 1, 1024), call("a", [1], 2, 1024),
+        {"op": "release", "id": 1},
+        call("w", [0], 3, 2048),
+        call("b", [2, 3], 4, 1024)])
+    failed = R.replay(path, budget=4096, policy="dtr")
+    assert failed["status"] == "oom" and failed["failed_record"] == 5
+    assert (failed["failed_recompute_depth"], failed["failed_recompute_planned"],
+            failed["failed_recompute_pinned"]) == (1, 2, 1024)
 
 
 def test_coop_replay_says_where_a_run_failed_and_exits_3(resnet_trace, capsys):

@@ -333,7 +333,11 @@ def failure(result, n_records, lines=None):
         refused = result.get("host_refusals") or 0
         host = (f"; the host tier was full and refused {refused:,} "
                 f"constant{'' if refused == 1 else 's'} (raise --host-budget)" if refused else "")
-        return (line + f": {result['failed_pinned']:,} bytes pinned or anonymous, "
+        depth = result.get("failed_recompute_depth")
+        inside = (f", {result['failed_recompute_pinned']:,} of them the inputs of a "
+                  f"rematerialization's pending ops ({depth:,} deep of the "
+                  f"{result['failed_recompute_planned']:,} it planned)" if depth else "")
+        return (line + f": {result['failed_pinned']:,} bytes pinned or anonymous{inside}, "
                 f"{result['failed_walls']:,} unevictable and unmovable, the largest range free "
                 f"of both {result['failed_window']:,} bytes, {result['failed_constants']:,} "
                 f"bytes of constants, which can only move, {result['failed_evictable']:,} "

@@ -72,6 +72,7 @@ cdef class _Records(_Clock):
     cdef vector[unsigned char] held    # memory held outside (a user's array): never evicted
     cdef vector[int] readers           # live ops that read it
     cdef vector[int] pins              # the engine's pins
+    cdef vector[int] frame_pins        # of them, the pending frames' of _rematerialize
     cdef vector[unsigned char] released_pinned   # released while pinned: settled at its last unpin
     cdef vector[unsigned char] remade  # recomputes since the program released it, up to 2
     cdef vector[vector[uint64_t]] consumers   # ops that read it, as (generation << 32 | op)
@@ -231,6 +232,10 @@ cdef class _Tier(_Room):
 
 
 cdef class _Residency(_Tier):
+    cdef readonly int remat_depth      # frames pending in the rematerializations under way
+    cdef readonly long long remat_planned   # the ops those calls planned
+    cdef readonly object oom_recompute # at the last out-of-memory error inside a
+                                       # rematerialization: (depth, planned, pieces, bytes)
     cdef void c_pin(self, int s) noexcept
     cdef int c_unpin(self, int s, bint release) except -1
     cdef int c_make_resident(self, int s) except -1

@@ -31,6 +31,7 @@ cdef class _Records(_Clock):
         self.held.push_back(0)
         self.readers.push_back(0)
         self.pins.push_back(0)
+        self.frame_pins.push_back(0)
         self.released_pinned.push_back(0)
         self.remade.push_back(0)
         self.consumers.push_back(vector[uint64_t]())
@@ -225,6 +226,7 @@ cdef class _Records(_Clock):
         self.held[s] = 0
         self.readers[s] = 0
         self.pins[s] = 0
+        self.frame_pins[s] = 0
         self.released_pinned[s] = 0
         self.remade[s] = 0
         self.on_host[s] = 0

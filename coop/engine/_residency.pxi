@@ -132,6 +132,7 @@ cdef class _Residency(_Tier):
         cdef vector[int] planned_ops
         cdef int top, s, i, dep, k
         self._plan(target, touched, planned_ops)
+        self.remat_planned += planned_ops.size()
         self._push_frame(target, f_storage, f_next, f_start, f_len, f_inputs, touched)
         try:
             while not f_storage.empty():
@@ -150,6 +151,7 @@ cdef class _Residency(_Tier):
                         self.temp[dep] = 1
                         continue
                     self.c_pin(dep)
+                    self.frame_pins[dep] += 1
                     if self.offloading:
                         self.c_await(dep)
                     f_next[top] = i + 1
@@ -163,6 +165,7 @@ cdef class _Residency(_Tier):
                                            f"storage {s}")
                 for k in range(f_start[top], f_start[top] + f_len[top]):
                     dep = f_inputs[k]
+                    self.frame_pins[dep] -= 1
                     self.c_unpin(dep, True)
                     # released, and recomputed once since: evicted when the call ends (a
                     # second recompute keeps it: the graph reads it on several paths)
@@ -182,6 +185,7 @@ cdef class _Residency(_Tier):
                         # read again later in this call, by a frame not pushed yet
                         self.arena.c_touch(self.slot[dep], 0.0)
                 f_inputs.resize(f_start[top])
+                self.remat_depth -= 1
                 f_storage.pop_back()
                 f_next.pop_back()
                 f_start.pop_back()
@@ -194,9 +198,12 @@ cdef class _Residency(_Tier):
             # refer to the failed kernel's arrays
             for top in range(<int>f_storage.size()):
                 for k in range(f_start[top], f_start[top] + f_next[top]):
+                    self.frame_pins[f_inputs[k]] -= 1
                     self.c_unpin(f_inputs[k], False)
             raise
         finally:
+            self.remat_depth -= f_storage.size()
+            self.remat_planned -= planned_ops.size()
             for s in touched:
                 self.needs[s] = 0
                 self.pending[s] = 0
@@ -204,6 +211,26 @@ cdef class _Residency(_Tier):
             for k in planned_ops:
                 self.planned[k] = 0
         return 0
+
+    cdef str oom_note(self, Arena arena):
+        """Inside a rematerialization, what its pending frames hold: their depth, the ops the
+        calls under way planned, and the pieces and bytes their inputs keep pinned until the
+        ops that read them run (kept as oom_recompute)."""
+        note = _Tier.oom_note(self, arena)
+        if self.remat_depth == 0:
+            self.oom_recompute = None
+            return note
+        cdef int s, pieces = 0
+        cdef long long nbytes = 0
+        for s in range(<int>self.alive.size()):
+            if self.alive[s] and self.frame_pins[s] > 0 and self.offset[s] >= 0:
+                pieces += 1
+                nbytes += self.arena.request_size(self.size[s])
+        self.oom_recompute = (self.remat_depth, self.remat_planned, pieces, nbytes)
+        return (f"{note}; a rematerialization is under way, {self.remat_depth:,} "
+                f"{'op' if self.remat_depth == 1 else 'ops'} deep of the {self.remat_planned:,} "
+                f"it planned: the inputs its pending ops read are {pieces:,} of the pinned "
+                f"pieces, {nbytes:,} bytes")
 
     cdef void _plan(self, int target, vector[int]& touched, vector[int]& planned_ops) noexcept:
         """Count, before _rematerialize starts, each storage's readings among the ops it will
@@ -235,6 +262,7 @@ cdef class _Residency(_Tier):
         cdef vector[int] uniq
         cdef int o = self.producer[s]
         cdef bint counted = self.planned[o]
+        self.remat_depth += 1
         self.planned[o] = 0           # counted once: a second push reads its inputs again
         _unique_into(self.op_in[o], uniq)
         f_storage.push_back(s)

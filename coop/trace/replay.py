@@ -170,8 +170,11 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     and failed_largest_free (bytes asked for and the largest free range, for "oom"), and what
     blocked the last search (coop.OutOfMemoryError's figures): failed_pinned, failed_walls,
     failed_window, failed_constants, failed_evictable and failed_bytes_fit
-    (OutOfMemoryError.bytes_fit); None for a run that completed. check: verify the arena's invariants at the end (Arena.check: AssertionError if one
-    is broken).
+    (OutOfMemoryError.bytes_fit), and where it ran out inside a rematerialization,
+    failed_recompute_depth (its ops pending), failed_recompute_planned (the ops it planned)
+    and failed_recompute_pinned (the bytes of the pinned pieces that those pending ops read)
+    (Engine.oom_recompute; None outside one); None for a run that completed. check: verify
+    the arena's invariants at the end (Arena.check: AssertionError if one is broken).
 
     The host tier (an offloading policy: coop-offload): host_budget is the bytes it may hold
     (None: no limit; bytes or "64GiB"), lookahead the ops ahead whose offloaded inputs are
@@ -222,7 +225,9 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
     status = "ok"
     failed = dict(failed_record=None, failed_request=None, failed_largest_free=None,
                   failed_pinned=None, failed_walls=None, failed_window=None,
-                  failed_constants=None, failed_evictable=None, failed_bytes_fit=None)
+                  failed_constants=None, failed_evictable=None, failed_bytes_fit=None,
+                  failed_recompute_depth=None, failed_recompute_planned=None,
+                  failed_recompute_pinned=None)
     t0 = time.perf_counter()
     try:
         replayer.run()
@@ -234,6 +239,12 @@ def replay(trace, budget=None, ratio=None, policy="coop", alignment=None, thrash
                       failed_walls=err.wall_bytes, failed_window=err.largest_window,
                       failed_constants=err.constant_bytes, failed_evictable=err.evictable_bytes,
                       failed_bytes_fit=err.bytes_fit)
+        # inside a rematerialization: its depth, the ops it planned, and the bytes its
+        # pending ops' inputs kept pinned (Engine.oom_recompute)
+        inside = replayer.engine.oom_recompute
+        if inside is not None:
+            failed.update(failed_recompute_depth=inside[0], failed_recompute_planned=inside[1],
+                          failed_recompute_pinned=inside[3])
     except Thrash:
         status = "thrash"
         failed["failed_record"] = replayer.records
