@@ -109,6 +109,7 @@ cdef class _Records(_Clock):
     cdef int c_place(self, int s, int placement) except -1
     cdef Py_ssize_t c_allocate(self, int64_t nbytes, int placement) except -2
     cdef int c_bind(self, int s, Py_ssize_t off) except -1
+    cdef int c_unplace(self, int s) except -1
     cdef int c_set_cost(self, int o, double cost) except -1
     cdef int c_retain(self, int s) except -1
     cdef int c_unref(self, int s) except -1
@@ -238,6 +239,8 @@ cdef class _Residency(_Tier):
                                        # rematerialization: (depth, planned, pieces, bytes)
     cdef void c_pin(self, int s) noexcept
     cdef int c_unpin(self, int s, bint release) except -1
+    cdef void _frame_pin(self, int s) noexcept
+    cdef int _frame_unpin(self, int s, bint release) except -1
     cdef int c_make_resident(self, int s) except -1
     cdef int c_keep_resident(self, vector[int]& targets) except -1
     cdef bint _kept_to_host(self, vector[int]& kept) except -1

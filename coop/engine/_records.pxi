@@ -141,6 +141,11 @@ cdef class _Records(_Clock):
         self.offset[s] = off
         return 0
 
+    cdef int c_unplace(self, int s) except -1:
+        """The run that placed s failed: its memory goes and s is not resident, as a failed
+        kernel's outputs are not (the array executor binds them only once it has run)."""
+        return self._drop(s)
+
     cdef int c_set_cost(self, int o, double cost) except -1:
         """The cost of o's run, known before its first run finishes (a replayed op's)."""
         self.cost[o] = cost

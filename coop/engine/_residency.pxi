@@ -28,6 +28,15 @@ cdef class _Residency(_Tier):
                 self._evict_eagerly(s)
         return 0
 
+    cdef void _frame_pin(self, int s) noexcept:
+        """Pin s for a pending frame of _rematerialize (counted in frame_pins: oom_note)."""
+        self.c_pin(s)
+        self.frame_pins[s] += 1
+
+    cdef int _frame_unpin(self, int s, bint release) except -1:
+        self.frame_pins[s] -= 1
+        return self.c_unpin(s, release)
+
     cdef int _evict_eagerly(self, int s) except -1:
         if self.offset[s] >= 0 and self.pins[s] == 0 and not self.held[s] \
                 and self.arena.c_evictable(self.slot[s]):
@@ -150,8 +159,7 @@ cdef class _Residency(_Tier):
                                          touched)
                         self.temp[dep] = 1
                         continue
-                    self.c_pin(dep)
-                    self.frame_pins[dep] += 1
+                    self._frame_pin(dep)
                     if self.offloading:
                         self.c_await(dep)
                     f_next[top] = i + 1
@@ -165,8 +173,7 @@ cdef class _Residency(_Tier):
                                            f"storage {s}")
                 for k in range(f_start[top], f_start[top] + f_len[top]):
                     dep = f_inputs[k]
-                    self.frame_pins[dep] -= 1
-                    self.c_unpin(dep, True)
+                    self._frame_unpin(dep, True)
                     # released, and recomputed once since: evicted when the call ends (a
                     # second recompute keeps it: the graph reads it on several paths)
                     if self.remade[dep] == 1:
@@ -198,8 +205,7 @@ cdef class _Residency(_Tier):
             # refer to the failed kernel's arrays
             for top in range(<int>f_storage.size()):
                 for k in range(f_start[top], f_start[top] + f_next[top]):
-                    self.frame_pins[f_inputs[k]] -= 1
-                    self.c_unpin(f_inputs[k], False)
+                    self._frame_unpin(f_inputs[k], False)
             raise
         finally:
             self.remat_depth -= f_storage.size()

@@ -39,10 +39,15 @@ cdef class SizeExecutor(Executor):
                     e.c_place(s, e.c_placement(o))
                     e.c_pin(s)
                     placed.push_back(s)
-        finally:
-            # also when one found no room: an error leaves nothing pinned
+        except BaseException:
+            # one found no room: the run failed, so nothing it placed stays pinned or
+            # resident (a failed kernel's outputs do not exist)
             for s in placed:
                 e.c_unpin(s, False)
+                e.c_unplace(s)
+            raise
+        for s in placed:
+            e.c_unpin(s, False)
         return 0
 
     cpdef bint drop(self, int s) except -1:
